@@ -1,0 +1,1 @@
+"""Thin commands: parse, call one edgekit function, render. See main.py."""

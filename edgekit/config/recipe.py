@@ -1,0 +1,141 @@
+"""Recipe YAML: which model, what its inputs look like, how to lower, compile and validate it.
+
+Relative paths in a recipe are relative to the recipe file. `edgekit schema recipe` prints the
+JSON Schema of :class:`Recipe` for editors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import pydantic
+
+from edgekit.config.schema_base import Frozen
+from edgekit.config.yamlsrc import load_yaml, validate
+from edgekit.errors import ConfigError
+
+DType = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
+LoweringChoice = Literal["auto", "tosa", "linalg", "torch"]
+
+
+class ModelSource(Frozen):
+    """Exactly one of `python` (module:factory) or `exported` (.pt2 from torch.export.save)."""
+
+    python: str | None = pydantic.Field(
+        default=None,
+        description="'package.module:factory' or 'file.py:factory' (relative to the recipe); the "
+                    "factory returns an nn.Module or (nn.Module, example_inputs)")
+    exported: str | None = pydantic.Field(default=None, description="path to a .pt2 file")
+
+    @pydantic.model_validator(mode="after")
+    def _exactly_one(self) -> "ModelSource":
+        given = [k for k in ("python", "exported") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of `python: module:factory` or `exported: file.pt2`")
+        if self.python and ":" not in self.python:
+            raise ValueError("`python` must look like 'package.module:factory' or 'file.py:factory'")
+        return self
+
+
+class InputSpec(Frozen):
+    name: str = pydantic.Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    shape: tuple[int | str, ...] = pydantic.Field(
+        description="sizes; a string names a dynamic dimension declared in `dynamic_dims`")
+    dtype: DType = "float32"
+    low: float | None = pydantic.Field(default=None, description="range of random samples")
+    high: float | None = None
+
+
+class DynamicDim(Frozen):
+    min: int = pydantic.Field(ge=1)
+    max: int = pydantic.Field(ge=1)
+    example: int | None = pydantic.Field(default=None, description="size used for samples")
+
+
+class Tolerance(Frozen):
+    atol: float = pydantic.Field(default=1e-4, ge=0)
+    rtol: float = pydantic.Field(default=1e-3, ge=0)
+    min_cosine: float = pydantic.Field(default=0.999, ge=-1, le=1)
+    top1: Literal["auto", "always", "never"] = pydantic.Field(
+        default="auto", description="compare arg-max; 'auto' does it for logits-like outputs")
+
+
+class Validation(Tolerance):
+    outputs: dict[str, Tolerance] = pydantic.Field(
+        default_factory=dict, description="per-output overrides, keyed by output name")
+
+    def for_output(self, name: str) -> Tolerance:
+        if name in self.outputs:
+            return self.outputs[name]
+        return Tolerance(**self.model_dump(exclude={"outputs"}))
+
+
+class CompileOptions(Frozen):
+    flags: tuple[str, ...] = pydantic.Field(
+        default=(), description="extra iree-compile flags, after the target profile's")
+
+    @pydantic.field_validator("flags")
+    @classmethod
+    def _flags_look_like_flags(cls, flags: tuple[str, ...]) -> tuple[str, ...]:
+        for flag in flags:
+            if not flag.startswith("--"):
+                raise ValueError(f"compile flags start with '--' (got {flag!r})")
+        return flags
+
+
+class Recipe(Frozen):
+    name: str = pydantic.Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                               description="app name; also names the bundle")
+    model: ModelSource
+    inputs: tuple[InputSpec, ...] = pydantic.Field(
+        default=(), description="input signature; omitted: taken from the factory's examples")
+    dynamic_dims: dict[str, DynamicDim] = pydantic.Field(default_factory=dict)
+    lowering: LoweringChoice = "auto"
+    compile: CompileOptions = CompileOptions()
+    validation: Validation = Validation()
+    samples: str | None = pydantic.Field(
+        default=None, description=".npz of sample inputs (keys: input names)")
+    seed: int = pydantic.Field(default=0, description="seed for random samples")
+    _path: Path = pydantic.PrivateAttr(default=Path("recipe.yaml"))
+
+    @pydantic.model_validator(mode="after")
+    def _dynamic_dims_declared(self) -> "Recipe":
+        for spec in self.inputs:
+            for dim in spec.shape:
+                if isinstance(dim, str) and dim not in self.dynamic_dims:
+                    raise ValueError(f"input '{spec.name}' uses dynamic dim '{dim}' which is not "
+                                     "declared under `dynamic_dims`")
+        return self
+
+    @property
+    def path(self) -> Path:
+        """The recipe file this came from (relative paths in it are relative to its folder)."""
+        return self._path
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the recipe, relative to the recipe's directory."""
+        p = Path(relative)
+        return p if p.is_absolute() else (self.path.parent / p)
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Parse and check a recipe; every mistake is a ConfigError with file:line and key."""
+    path = Path(path)
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise ConfigError("a recipe must be a mapping of keys", where=doc.where(()))
+    recipe = validate(doc, Recipe, data={"name": path.stem, **doc.data})
+    recipe._path = path
+    for key, rel in (("model.exported", recipe.model.exported), ("samples", recipe.samples)):
+        if rel and not recipe.resolve(rel).is_file():
+            loc = tuple(key.split("."))
+            raise ConfigError(f"file not found: {recipe.resolve(rel)}", where=doc.where(loc),
+                              key=key)
+    return recipe
+
+
+def recipe_json_schema() -> dict:
+    schema = Recipe.model_json_schema()
+    schema["title"] = "edgekit recipe"
+    return schema

@@ -1,0 +1,154 @@
+"""Target profiles: YAML data in `targets/` (or a path) resolved through `extends:`.
+
+A board is added by writing a YAML file, never code. Lookup order for a name: the directories in
+$EDGEKIT_TARGETS_PATH (colon-separated), `./targets` in the working directory, then the profiles
+that ship with edgekit.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Literal
+
+import pydantic
+
+from edgekit.config.schema_base import Frozen
+from edgekit.config.yamlsrc import YamlDoc, load_yaml, validate
+from edgekit.errors import ConfigError
+
+Lowering = Literal["tosa", "linalg", "torch"]
+LOWERINGS: tuple[str, ...] = ("tosa", "linalg", "torch")
+BUILTIN_TARGETS_DIR = Path(__file__).resolve().parents[2] / "targets"
+
+
+class CpuSpec(Frozen):
+    """LLVM CPU codegen target. `triple` omitted means the host's triple."""
+
+    triple: str | None = None
+    cpu: str = pydantic.Field(description="LLVM CPU name, e.g. cortex-a72, or 'host'")
+    features: str = ""
+
+
+class VulkanSpec(Frozen):
+    target: str = pydantic.Field(description="IREE Vulkan target, e.g. valhall, rdna3, ampere")
+
+
+class RuntimeSpec(Frozen):
+    driver: Literal["local-sync", "local-task", "vulkan"] = "local-task"
+
+
+class Target(Frozen):
+    """A resolved target profile (after `extends:`)."""
+
+    name: str
+    description: str = ""
+    arch: Literal["x86_64", "aarch64", "any"] = pydantic.Field(
+        description="CPU arch the module's code needs; 'any' for GPU (SPIR-V) modules; "
+                    "'host' means this machine's")
+    backend: Literal["llvm-cpu", "vulkan-spirv"]
+    cpu: CpuSpec | None = None
+    vulkan: VulkanSpec | None = None
+    runtime: RuntimeSpec = RuntimeSpec()
+    lowering: tuple[Lowering, ...] = pydantic.Field(
+        default=("tosa", "linalg", "torch"),
+        description="lowerings in order of preference; `lowering: auto` tries them in order")
+    flags: tuple[str, ...] = pydantic.Field(default=(), description="extra iree-compile flags")
+    source: str = pydantic.Field(default="", description="file the profile came from")
+
+    @pydantic.field_validator("arch", mode="before")
+    @classmethod
+    def _resolve_host_arch(cls, value: object) -> object:
+        return host_arch() if value == "host" else value
+
+    @pydantic.model_validator(mode="after")
+    def _backend_has_its_settings(self) -> "Target":
+        if self.backend == "llvm-cpu" and self.cpu is None:
+            raise ValueError("backend llvm-cpu needs a `cpu:` section (triple, cpu, features)")
+        if self.backend == "vulkan-spirv" and self.vulkan is None:
+            raise ValueError("backend vulkan-spirv needs a `vulkan:` section with `target:`")
+        if not self.lowering:
+            raise ValueError("`lowering` must list at least one of: " + ", ".join(LOWERINGS))
+        return self
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def search_dirs() -> list[Path]:
+    dirs = [Path(p) for p in os.environ.get("EDGEKIT_TARGETS_PATH", "").split(":") if p]
+    dirs += [Path.cwd() / "targets", BUILTIN_TARGETS_DIR]
+    seen: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in seen:
+            seen.append(d.resolve())
+    return seen
+
+
+def available_targets() -> dict[str, Path]:
+    """Every profile name found, first directory wins."""
+    found: dict[str, Path] = {}
+    for d in search_dirs():
+        for f in sorted(d.glob("*.yaml")):
+            found.setdefault(f.stem, f)
+    return found
+
+
+def load_target(name_or_path: str) -> Target:
+    """Resolve a profile by name (see module doc) or by a path to a YAML file."""
+    path = _locate(name_or_path)
+    doc = _merged(path, chain=())
+    return validate(doc, Target, data={**doc.data, "source": str(path)})
+
+
+def _locate(name_or_path: str) -> Path:
+    if name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError("target profile file not found", where=name_or_path)
+        return path
+    known = available_targets()
+    if name_or_path not in known:
+        raise ConfigError(f"unknown target '{name_or_path}'", key="target",
+                          hint=f"expected one of: {', '.join(sorted(known))} "
+                               "(or a path to a profile YAML)")
+    return known[name_or_path]
+
+
+def _merged(path: Path, chain: tuple[Path, ...]) -> YamlDoc:
+    """The profile at `path` with its `extends:` ancestors merged underneath it."""
+    if path.resolve() in chain:
+        cycle = " -> ".join(p.stem for p in chain + (path.resolve(),))
+        raise ConfigError(f"`extends:` cycle: {cycle}", where=f"{path}:1", key="extends")
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise ConfigError("a target profile must be a mapping", where=doc.where(()))
+    data = dict(doc.data)
+    data.setdefault("name", path.stem)
+    parent_name = data.pop("extends", None)
+    if parent_name is None:
+        return YamlDoc(path, data, doc.lines)
+    if not isinstance(parent_name, str):
+        raise ConfigError("must be the name of another profile", where=doc.where(("extends",)),
+                          key="extends")
+    try:
+        parent_path = _locate(parent_name)
+    except ConfigError as exc:
+        raise ConfigError(exc.what, where=doc.where(("extends",)), key="extends",
+                          hint=exc.hint) from None
+    parent = _merged(parent_path, chain + (path.resolve(),))
+    parent_data = {k: v for k, v in parent.data.items() if k not in ("name", "description")}
+    return YamlDoc(path, _deep_merge(parent_data, data), {**parent.lines, **doc.lines})
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,109 @@
+"""The one error root of edgekit.
+
+Every failure a user can cause or meet is an :class:`EdgekitError` carrying *what* failed,
+*where* (file:line, stage, op, device) and a *hint*. The CLI maps the class to an exit code in
+one place (:data:`EXIT_CODES` via :func:`exit_code_for`), so no command decides exit codes.
+This module imports nothing from edgekit.
+"""
+
+from __future__ import annotations
+
+
+class EdgekitError(Exception):
+    """Base class: a failure with a message a user can act on."""
+
+    exit_code = 1
+
+    def __init__(self, what: str, *, where: str | None = None, hint: str | None = None):
+        super().__init__(what)
+        self.what = what
+        self.where = where
+        self.hint = hint
+
+    def __str__(self) -> str:
+        head = f"{self.where}: {self.what}" if self.where else self.what
+        return f"{head}\n  hint: {self.hint}" if self.hint else head
+
+
+class ConfigError(EdgekitError):
+    """A recipe, target profile or option is wrong. `where` is file:line and `key` the key."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, *, where: str | None = None, key: str | None = None,
+                 hint: str | None = None):
+        super().__init__(what, where=where, hint=hint)
+        self.key = key
+
+    def __str__(self) -> str:
+        what = f"{self.key}: {self.what}" if self.key else self.what
+        head = f"{self.where}: {what}" if self.where else what
+        return f"{head}\n  hint: {self.hint}" if self.hint else head
+
+
+class ModelLoadError(EdgekitError):
+    """The model source could not be loaded or exported."""
+
+    exit_code = 3
+
+
+class LoweringError(EdgekitError):
+    """No lowering path produced a module. Names the ops, the stage and a reproducer path."""
+
+    exit_code = 4
+
+    def __init__(self, what: str, *, stage: str, ops: tuple[str, ...] = (),
+                 reproducer: str | None = None, hint: str | None = None):
+        super().__init__(what, where=f"stage {stage}", hint=hint)
+        self.stage = stage
+        self.ops = ops
+        self.reproducer = reproducer
+
+
+class ToolError(EdgekitError):
+    """An external tool (iree-run-module, …) failed: argv, exit code and stderr tail."""
+
+    exit_code = 5
+
+    def __init__(self, what: str, *, argv: list[str], returncode: int, stderr_tail: str,
+                 hint: str | None = None):
+        super().__init__(what, hint=hint)
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+
+    def __str__(self) -> str:
+        tail = "\n    ".join(self.stderr_tail.strip().splitlines()[-12:])
+        text = f"{self.what} (exit {self.returncode})\n  command: {' '.join(self.argv)}"
+        if tail:
+            text += f"\n  stderr:\n    {tail}"
+        return f"{text}\n  hint: {self.hint}" if self.hint else text
+
+
+class BundleError(EdgekitError):
+    """A bundle is missing, malformed, or its files do not match their recorded sha256."""
+
+    exit_code = 6
+
+
+class CannotRunHere(EdgekitError):
+    """The bundle's target cannot execute on this machine (wrong arch, no Vulkan device)."""
+
+    exit_code = 7
+
+
+class ValidationFailed(EdgekitError):
+    """Outputs differ from the golden reference beyond the bundle's tolerances."""
+
+    exit_code = 8
+
+    def __init__(self, what: str, *, report, hint: str | None = None):
+        super().__init__(what, hint=hint)
+        self.report = report
+
+
+EXIT_CODES: dict[str, int] = {
+    cls.__name__: cls.exit_code
+    for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, ToolError,
+                BundleError, CannotRunHere, ValidationFailed)
+}

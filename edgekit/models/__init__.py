@@ -1,0 +1,1 @@
+"""Plain data that flows between stages and out to users (bundles, reports)."""

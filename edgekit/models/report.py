@@ -1,0 +1,25 @@
+"""Validation reports: how a module's outputs compare with the golden reference."""
+
+from __future__ import annotations
+
+from edgekit.config.schema_base import Frozen
+
+
+class OutputComparison(Frozen):
+    name: str
+    shape: tuple[int, ...]
+    max_abs_error: float
+    max_rel_error: float
+    cosine: float
+    top1_agreement: float | None = None  # fraction of rows whose arg-max matches; None: n/a
+    ok: bool
+    problems: tuple[str, ...] = ()
+
+
+class ValidationReport(Frozen):
+    app: str
+    target: str
+    where: str  # "host" or a device name
+    ok: bool
+    outputs: tuple[OutputComparison, ...]
+    seconds: float

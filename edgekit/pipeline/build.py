@@ -1,0 +1,128 @@
+"""`edgekit build`: recipe + target profile → bundle, through a checked stage plan and the cache.
+
+Plan: load → export (then the cache is consulted with the model's digest) → import →
+lower+compile → package. A cache hit skips the last three, which hold nearly all the time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgekit.config.recipe import Recipe, load_recipe
+from edgekit.config.target import Target, load_target
+from edgekit.models.bundle import Bundle, load_bundle, sha256_file, write_tar
+from edgekit.pipeline.cache import BuildCache, cache_key
+from edgekit.pipeline.export import ExportedModel, export_model
+from edgekit.pipeline.load import LoadedModel, load_model
+from edgekit.pipeline.lower import (CompiledModule, ImportedModule, import_module,
+                                    lower_and_compile)
+from edgekit.pipeline.package import package_bundle
+from edgekit.pipeline.stages import Stage, check_plan, run_plan
+from edgekit.toolchain.runner import keep_temps
+from edgekit.toolchain.versions import toolchain_versions
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    recipe: Path
+    target: str
+    out: Path | None = None         # default: build/<app>-<target>
+    use_cache: bool = True
+    tar: bool = False               # also write <out>.tar
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    bundle: Bundle
+    cached: bool
+    seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    tar: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    recipe: Recipe
+    target: Target
+    workdir: Path
+    bundle_dir: Path
+    reproducer_dir: Path
+
+
+FRONT: tuple[Stage[BuildContext], ...] = (
+    Stage("load", Recipe, LoadedModel, lambda ctx, recipe: load_model(recipe)),
+    Stage("export", LoadedModel, ExportedModel, lambda ctx, loaded: export_model(ctx.recipe,
+                                                                                  loaded)),
+)
+BACK: tuple[Stage[BuildContext], ...] = (
+    Stage("import", ExportedModel, ImportedModule,
+          lambda ctx, exported: import_module(exported, ctx.reproducer_dir)),
+    Stage("lower+compile", ImportedModule, CompiledModule,
+          lambda ctx, imported: lower_and_compile(imported, ctx.recipe, ctx.target, ctx.workdir,
+                                                  ctx.reproducer_dir)),
+    Stage("package", CompiledModule, Bundle,
+          lambda ctx, compiled: package_bundle(compiled, ctx.recipe, ctx.target, ctx.bundle_dir)),
+)
+check_plan(FRONT, Recipe, ExportedModel)
+check_plan(BACK, ExportedModel, Bundle)
+
+
+def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) -> BuildResult:
+    """Build (or fetch from the cache) the bundle for a recipe and target profile."""
+    started = time.perf_counter()
+    recipe = load_recipe(options.recipe)
+    target = load_target(options.target)
+    out = options.out or Path("build") / f"{recipe.name}-{target.name}"
+    timings: dict[str, float] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
+    try:
+        ctx = BuildContext(recipe, target, workdir, workdir / "bundle",
+                           reproducer_dir=out.parent / f"{out.name}.repro")
+        exported = run_plan(FRONT, ctx, recipe, timings, on_stage)
+        key = build_key(recipe, target, exported)
+        cache = BuildCache()
+        entry = cache.lookup(key) if options.use_cache else None
+        cached = entry is not None
+        if entry is None:
+            bundle = run_plan(BACK, ctx, exported, timings, on_stage)
+            entry = cache.store(key, bundle.path)
+        _publish(entry, out)
+    finally:
+        if not keep_temps():
+            shutil.rmtree(workdir, ignore_errors=True)
+    bundle = load_bundle(out)
+    tar = write_tar(out, out.parent / f"{out.name}.tar") if options.tar else None
+    return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
+                       stage_seconds=timings, tar=tar)
+
+
+def build_key(recipe: Recipe, target: Target, exported: ExportedModel) -> str:
+    """Everything that decides the bundle's bytes (not its creation time)."""
+    return cache_key({
+        "model": exported.digest,
+        "recipe": recipe.model_dump(mode="json"),
+        "samples": sha256_file(recipe.resolve(recipe.samples)) if recipe.samples else None,
+        "target": target.model_dump(mode="json", exclude={"source"}),
+        "toolchain": toolchain_versions(),
+        "bundle_schema": 1,
+    })
+
+
+def _publish(entry: Path, out: Path) -> None:
+    """Copy the cached bundle to `out`, replacing what was there only once the copy is whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    shutil.copytree(entry, staging, dirs_exist_ok=True)
+    if out.exists():
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        staging.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(out)

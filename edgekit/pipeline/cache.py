@@ -1,0 +1,46 @@
+"""Content-addressed build cache: the same model + recipe + target + toolchain → same bundle.
+
+The key is a sha256 over a canonical JSON of everything that affects the bundle; the entry is
+the finished bundle directory, stored atomically (copied under a temporary name, then renamed).
+Location: $EDGEKIT_CACHE_DIR, else ~/.cache/edgekit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from edgekit.models.bundle import MANIFEST
+
+
+def cache_root() -> Path:
+    env = os.environ.get("EDGEKIT_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "edgekit"
+
+
+def cache_key(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class BuildCache:
+    def __init__(self, root: Path | None = None):
+        self.root = (root or cache_root()) / "builds"
+
+    def lookup(self, key: str) -> Path | None:
+        entry = self.root / key
+        return entry if (entry / MANIFEST).is_file() else None
+
+    def store(self, key: str, bundle_dir: Path) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        entry = self.root / key
+        staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=self.root))
+        shutil.copytree(bundle_dir, staging, dirs_exist_ok=True)
+        try:
+            staging.rename(entry)
+        except OSError:  # another build stored the same key first: identical content
+            shutil.rmtree(staging, ignore_errors=True)
+        return entry

@@ -1,0 +1,82 @@
+"""Stage `export`: torch.export (functionalized: in-place ops and buffers become pure) + digest +
+golden outputs from the original model."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from edgekit.config.recipe import Recipe
+from edgekit.errors import ModelLoadError
+from edgekit.models.bundle import TensorSig
+from edgekit.pipeline.load import LoadedModel
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    program: torch.export.ExportedProgram
+    digest: str                            # sha256 of graph + weights: the model's identity
+    samples: tuple[np.ndarray, ...]
+    golden: tuple[np.ndarray, ...]         # the original model's outputs on `samples`
+    inputs: tuple[TensorSig, ...]
+    outputs: tuple[TensorSig, ...]
+
+
+def export_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
+    args = tuple(torch.from_numpy(np.array(s)) for s in loaded.samples)
+    if isinstance(loaded.model, torch.export.ExportedProgram):
+        program = loaded.model
+        run = program.module()
+    else:
+        try:
+            program = torch.export.export(loaded.model, args,
+                                          dynamic_shapes=_dynamic_shapes(recipe))
+        except Exception as exc:  # torch.export raises many kinds; all mean "cannot export"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"torch.export failed: {first}", where="stage export",
+                                 hint="the model must be traceable by torch.export "
+                                      "(no data-dependent Python control flow)") from None
+        run = loaded.model
+    with torch.no_grad():
+        flat, _ = pytree.tree_flatten(run(*args))
+    golden = tuple(t.detach().contiguous().numpy() for t in flat if isinstance(t, torch.Tensor))
+    inputs = tuple(
+        TensorSig(name=name, shape=_declared_shape(recipe, i, s), dtype=str(s.dtype))
+        for i, (name, s) in enumerate(zip(loaded.input_names, loaded.samples)))
+    outputs = tuple(TensorSig(name=f"output_{i}", shape=g.shape, dtype=str(g.dtype))
+                    for i, g in enumerate(golden))
+    return ExportedModel(program=program, digest=program_digest(program),
+                         samples=tuple(loaded.samples), golden=golden,
+                         inputs=inputs, outputs=outputs)
+
+
+def program_digest(program: torch.export.ExportedProgram) -> str:
+    """Identity of an exported model: its graph code, signature and every weight's bytes."""
+    h = hashlib.sha256()
+    h.update(program.graph_module.code.encode())
+    h.update(str(program.graph_signature).encode())
+    for name, tensor in sorted({**program.state_dict, **program.constants}.items()):
+        if isinstance(tensor, torch.Tensor):
+            t = tensor.detach().contiguous().cpu()
+            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _dynamic_shapes(recipe: Recipe):
+    if not recipe.dynamic_dims:
+        return None
+    dims = {name: torch.export.Dim(name, min=d.min, max=d.max)
+            for name, d in recipe.dynamic_dims.items()}
+    return tuple({axis: dims[size] for axis, size in enumerate(spec.shape) if isinstance(size, str)}
+                 or None for spec in recipe.inputs)
+
+
+def _declared_shape(recipe: Recipe, index: int, sample: np.ndarray) -> tuple[int | str, ...]:
+    if index < len(recipe.inputs):
+        return recipe.inputs[index].shape
+    return sample.shape

@@ -1,0 +1,113 @@
+"""Stages `import` (torch-mlir, once) and `lower+compile` (per lowering, with fallback).
+
+`lowering: auto` tries the target profile's lowerings in order and keeps the first that both
+lowers and compiles; every attempt is recorded. When all fail, the error names the ops and the
+stage and points at a reproducer directory with the MLIR that failed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.config.recipe import Recipe
+from edgekit.config.target import Target
+from edgekit.errors import LoweringError
+from edgekit.models.bundle import LoweringAttempt, LoweringRecord
+from edgekit.pipeline.export import ExportedModel
+from edgekit.toolchain import iree, torch_mlir
+
+
+@dataclass(frozen=True)
+class ImportedModule:
+    exported: ExportedModel
+    torch_bytecode: bytes
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    exported: ExportedModel
+    vmfb: Path
+    flags: tuple[str, ...]
+    lowering: LoweringRecord
+
+
+def lowering_order(requested: str, target: Target) -> tuple[str, ...]:
+    return tuple(target.lowering) if requested == "auto" else (requested,)
+
+
+def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModule:
+    try:
+        return ImportedModule(exported, torch_mlir.import_program(exported.program))
+    except torch_mlir.LowerFailure as failure:
+        reproducer_dir.mkdir(parents=True, exist_ok=True)
+        (reproducer_dir / "diagnostics.txt").write_text(failure.diagnostics)
+        raise LoweringError(
+            _ops_sentence(failure.ops, "torch-mlir could not import the model"),
+            stage="import (torch-mlir FX importer)", ops=failure.ops,
+            reproducer=str(reproducer_dir),
+            hint="rewrite or decompose the op in the model before export") from None
+
+
+def lower_and_compile(imported: ImportedModule, recipe: Recipe, target: Target,
+                      workdir: Path, reproducer_dir: Path) -> CompiledModule:
+    attempts: list[LoweringAttempt] = []
+    for lowering in lowering_order(recipe.lowering, target):
+        try:
+            lowered = torch_mlir.lower(imported.torch_bytecode, lowering)
+        except torch_mlir.LowerFailure as failure:
+            attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics))
+            _save_reproducer(reproducer_dir / lowering, imported.torch_bytecode,
+                             failure.diagnostics,
+                             "torch-mlir-opt -pass-pipeline='builtin.module(torch-backend-to-"
+                             f"{torch_mlir.OUTPUT_TYPE[lowering]}-backend-pipeline)' input.mlirbc")
+            continue
+        source = workdir / f"{lowering}.mlirbc"
+        source.write_bytes(lowered)
+        output = workdir / f"{lowering}.vmfb"
+        flags = iree.compile_flags(target, lowering, recipe.compile.flags)
+        try:
+            iree.compile_module(source, output, flags)
+        except iree.CompileFailure as failure:
+            attempts.append(_failed(lowering, "compile", failure.ops, failure.diagnostics))
+            _save_reproducer(reproducer_dir / lowering, lowered, failure.diagnostics,
+                             shlex.join(["iree-compile", "input.mlirbc", *flags,
+                                         "-o", "module.vmfb"]))
+            continue
+        attempts.append(LoweringAttempt(lowering=lowering, ok=True))
+        record = LoweringRecord(requested=recipe.lowering, used=lowering, attempts=tuple(attempts))
+        return CompiledModule(imported.exported, output, flags, record)
+    raise _all_failed(attempts, reproducer_dir)
+
+
+def _failed(lowering: str, stage: str, ops: tuple[str, ...], diagnostics: str) -> LoweringAttempt:
+    lines = [ln for ln in diagnostics.strip().splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "failed")
+    return LoweringAttempt(lowering=lowering, ok=False, stage=stage, ops=ops,
+                           error=first.strip()[:300])
+
+
+def _save_reproducer(directory: Path, module: bytes, diagnostics: str, command: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "input.mlirbc").write_bytes(module)
+    (directory / "input.mlir").write_text(torch_mlir.to_text(module))  # weights elided
+    (directory / "diagnostics.txt").write_text(diagnostics)
+    (directory / "reproduce.sh").write_text(f"#!/bin/sh\ncd \"$(dirname \"$0\")\"\n{command}\n")
+
+
+def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path) -> LoweringError:
+    ops = tuple(dict.fromkeys(op for a in attempts for op in a.ops))
+    stages = ", ".join(f"{a.lowering}: {a.stage}" + (f" ({', '.join(a.ops)})" if a.ops else "")
+                       for a in attempts)
+    tried = [a.lowering for a in attempts]
+    others = [lw for lw in ("tosa", "linalg", "torch") if lw not in tried]
+    hint = (f"try `lowering: {others[0]}` or `lowering: auto`" if others else
+            "decompose or replace the op in the model before export")
+    return LoweringError(_ops_sentence(ops, "no lowering produced a module") + f" [{stages}]",
+                         stage="lower+compile", ops=ops, reproducer=str(reproducer_dir),
+                         hint=hint)
+
+
+def _ops_sentence(ops: tuple[str, ...], base: str) -> str:
+    return f"{base}: unsupported op(s) {', '.join(ops)}" if ops else base

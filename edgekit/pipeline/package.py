@@ -1,0 +1,53 @@
+"""Stage `package`: module + golden inputs/outputs + manifest with sha256 of every file."""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.config.recipe import Recipe
+from edgekit.config.target import Target
+from edgekit.models.bundle import MODULE, Bundle, Manifest, sha256_file, write_manifest
+from edgekit.pipeline.lower import CompiledModule
+from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
+
+
+def package_bundle(compiled: CompiledModule, recipe: Recipe, target: Target,
+                   directory: Path) -> Bundle:
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(compiled.vmfb, directory / MODULE)
+    golden = directory / "golden"
+    golden.mkdir(exist_ok=True)
+    exported = compiled.exported
+    inputs = [f"golden/input_{i}.npy" for i in range(len(exported.samples))]
+    outputs = [f"golden/output_{i}.npy" for i in range(len(exported.golden))]
+    for rel, array in zip(inputs + outputs, exported.samples + exported.golden):
+        np.save(directory / rel, array, allow_pickle=False)
+    files = {rel: sha256_file(directory / rel) for rel in [MODULE, *inputs, *outputs]}
+    manifest = Manifest(
+        app=recipe.name,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        model_source=recipe.model.python or recipe.model.exported or "",
+        model_digest=exported.digest,
+        recipe_digest=sha256_file(recipe.path),
+        target=target.name,
+        target_profile=target.model_dump(mode="json", exclude={"source"}),
+        backend=target.backend,
+        arch=target.arch,
+        runtime_driver=target.runtime.driver,
+        compiler_version=iree_compiler_version(),
+        compile_flags=compiled.flags,
+        inputs=exported.inputs,
+        outputs=exported.outputs,
+        golden_inputs=tuple(inputs),
+        golden_outputs=tuple(outputs),
+        tolerances=recipe.validation,
+        lowering=compiled.lowering,
+        toolchain=toolchain_versions(),
+        files=files,
+    )
+    write_manifest(directory, manifest)
+    return Bundle(directory, manifest)

@@ -1,0 +1,1 @@
+"""Checking a module's outputs against the golden reference (on the host, for now)."""

@@ -1,0 +1,64 @@
+"""`edgekit validate BUNDLE --local`: run the bundle's golden inputs through the IREE runtime on
+this machine (the same iree-run-module a device uses) and compare with the golden outputs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.config.target import host_arch
+from edgekit.errors import CannotRunHere, ToolError
+from edgekit.models.bundle import Bundle, load_bundle
+from edgekit.models.report import ValidationReport
+from edgekit.toolchain import iree
+from edgekit.toolchain.runner import scratch_dir
+from edgekit.validate.compare import compare_output
+
+
+def host_cannot_run(bundle: Bundle) -> str | None:
+    """Why this machine cannot execute the bundle, or None when it can (or may)."""
+    m = bundle.manifest
+    if m.backend == "llvm-cpu" and m.arch != host_arch():
+        return (f"the bundle is compiled for {m.arch} ({m.target}) and this machine is "
+                f"{host_arch()}")
+    return None
+
+
+def validate_local(path: str | Path) -> ValidationReport:
+    bundle = load_bundle(path)
+    bundle.verify()
+    reason = host_cannot_run(bundle)
+    if reason:
+        raise CannotRunHere(reason, where=str(bundle.path),
+                            hint="deploy it to a device of that kind (`edgekit deploy`) or build "
+                                 "for `--target host`")
+    m = bundle.manifest
+    started = time.perf_counter()
+    with scratch_dir("validate") as scratch:
+        outputs = [scratch / f"output_{i}.npy" for i in range(len(m.outputs))]
+        try:
+            iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
+                            [bundle.file(p) for p in m.golden_inputs], outputs)
+        except ToolError as exc:
+            if m.runtime_driver == "vulkan" and _no_vulkan_device(exc.stderr_tail):
+                raise CannotRunHere("this machine has no Vulkan device", where=str(bundle.path),
+                                    hint="install a Vulkan driver (e.g. Mesa's llvmpipe: "
+                                         "apt-get install mesa-vulkan-drivers)") from None
+            raise
+        seconds = time.perf_counter() - started
+        comparisons = tuple(
+            compare_output(sig.name, np.load(actual, allow_pickle=False),
+                           np.load(bundle.file(golden), allow_pickle=False),
+                           m.tolerances.for_output(sig.name))
+            for sig, actual, golden in zip(m.outputs, outputs, m.golden_outputs))
+    return ValidationReport(app=m.app, target=m.target, where="host",
+                            ok=all(c.ok for c in comparisons), outputs=comparisons,
+                            seconds=round(seconds, 4))
+
+
+def _no_vulkan_device(stderr: str) -> bool:
+    text = stderr.lower()
+    return any(s in text for s in ("no vulkan", "vk_error_incompatible_driver",
+                                   "no devices found", "unavailable", "libvulkan"))
