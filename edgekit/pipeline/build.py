@@ -77,7 +77,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     started = time.perf_counter()
     recipe = load_recipe(options.recipe)
     target = load_target(options.target)
-    out = options.out or Path("build") / f"{recipe.name}-{target.name}"
+    out = (options.out or Path("build") / f"{recipe.name}-{target.name}").resolve()
     timings: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
     try:
