@@ -66,6 +66,24 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
 
 
 @cli.command()
+@click.option("--recipe", type=click.Path(path_type=Path),
+              help="recipe YAML [default: the MobileNetV2-like example]")
+@click.option("--target", default="host", show_default=True, help="target profile")
+@handle_errors
+def demo(recipe: Path | None, target: str) -> None:
+    """Build an example model for this machine and validate it here, end to end."""
+    from edgekit.demo import DEFAULT_RECIPE, run_demo
+    with render.err.status("building…") as status:
+        result = run_demo(recipe or DEFAULT_RECIPE, target,
+                          on_stage=lambda name: status.update(f"{name}…"))
+    render.build_summary(result.build)
+    render.validation_table(result.report)
+    if not result.report.ok:
+        raise ValidationFailed("outputs differ from the golden reference beyond the bundle's "
+                               "tolerances", report=result.report)
+
+
+@cli.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--local", is_flag=True, required=True,
               help="run on this machine (device validation comes with `edgekit deploy`)")

@@ -161,3 +161,19 @@ def test_a_misspelled_recipe_key_exits_2_with_file_and_line(write_recipe):
     assert proc.returncode == 2
     assert f"{recipe}:4: lowerng: unknown key" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_weights_imported_from_raw_bytes_give_the_same_module_as_torch_mlirs_default():
+    import io
+
+    from torch_mlir import fx
+
+    from edgekit.toolchain import torch_mlir as tm
+    from tests.fixtures.tiny_models import inplace_with_buffer
+    model, example = inplace_with_buffer()
+    program = torch.export.export(model, example)
+    default = fx.export_and_import(program, output_type="torch", func_name="main",
+                                   decomposition_table=tm._decompositions())
+    buffer = io.BytesIO()
+    default.operation.write_bytecode(buffer)
+    assert tm.import_program(program) == buffer.getvalue()

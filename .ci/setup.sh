@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything edgekit and its tests need on a fresh Debian machine (run as root):
+# software Vulkan (Mesa llvmpipe) for GPU profiles, the pinned Python toolchain, and edgekit
+# itself in editable mode. Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# torch is pinned to the 2.13.0 CPU build: an unpinned torch pulls a multi-GB CUDA build.
+python3 -m pip install -q --disable-pip-version-check -r .ci/requirements.txt
+python3 -m pip install -q --disable-pip-version-check --no-deps -e .
