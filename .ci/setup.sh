@@ -16,5 +16,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # torch is pinned to the 2.13.0 CPU build: an unpinned torch pulls a multi-GB CUDA build.
-python3 -m pip install -q --disable-pip-version-check -r .ci/requirements.txt
-python3 -m pip install -q --disable-pip-version-check --no-deps -e .
+python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r .ci/requirements.txt
+python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps -e .

@@ -55,7 +55,11 @@ def _call_factory(recipe: Recipe, spec: str):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ModelLoadError(f"'{module_part}' has no callable '{attr}'", where=str(recipe.path))
-    result = factory()
+    try:
+        result = factory()
+    except Exception as exc:  # user code: report it as a load failure, not a crash
+        raise ModelLoadError(f"factory '{spec}' raised {type(exc).__name__}: {exc}",
+                             where=str(recipe.path)) from None
     if isinstance(result, torch.nn.Module):
         return result.eval(), None
     if (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
@@ -82,7 +86,10 @@ def _samples(recipe: Recipe, examples: tuple[np.ndarray, ...] | None) -> tuple[n
             if missing:
                 raise ModelLoadError(f"samples file lacks inputs {missing} (has {data.files})",
                                      where=str(recipe.resolve(recipe.samples)))
-            return tuple(np.ascontiguousarray(data[n]) for n in names)
+            arrays = tuple(np.ascontiguousarray(data[n]) for n in names)
+        for spec, array in zip(recipe.inputs, arrays):
+            _check_sample(spec, array, recipe)
+        return arrays
     if recipe.inputs:
         rng = np.random.default_rng(recipe.seed)
         return tuple(_random_input(spec, recipe, rng) for spec in recipe.inputs)
@@ -91,6 +98,15 @@ def _samples(recipe: Recipe, examples: tuple[np.ndarray, ...] | None) -> tuple[n
                              "source gives no example inputs", where=str(recipe.path),
                              hint="add `inputs:` (name, shape, dtype) to the recipe")
     return examples
+
+
+def _check_sample(spec: InputSpec, array: np.ndarray, recipe: Recipe) -> None:
+    fits = len(array.shape) == len(spec.shape) and all(
+        isinstance(d, str) or d == n for d, n in zip(spec.shape, array.shape))
+    if not fits or str(array.dtype) != spec.dtype:
+        raise ModelLoadError(
+            f"sample '{spec.name}' is {array.dtype}{list(array.shape)} but the recipe declares "
+            f"{spec.dtype}{list(spec.shape)}", where=str(recipe.resolve(recipe.samples or "")))
 
 
 def _random_input(spec: InputSpec, recipe: Recipe, rng: np.random.Generator) -> np.ndarray:
