@@ -102,8 +102,71 @@ class ValidationFailed(EdgekitError):
         self.report = report
 
 
+class DeviceError(EdgekitError):
+    """Something about a device; `where` names it (user@host:port)."""
+
+    exit_code = 10
+
+
+class DeviceUnreachable(DeviceError):
+    """No SSH connection could be made (refused, timed out, no route) after bounded retries."""
+
+    exit_code = 10
+
+
+class AuthFailed(DeviceError):
+    """The device refused our key."""
+
+    exit_code = 11
+
+
+class HostKeyUnknown(DeviceError):
+    """The device's host key is not pinned: nothing was sent to it."""
+
+    exit_code = 12
+
+
+class HostKeyChanged(DeviceError):
+    """The device presented a different host key than the pinned one: refused before auth."""
+
+    exit_code = 13
+
+    def __init__(self, what: str, *, where: str, got: str, expected: str,
+                 hint: str | None = None):
+        super().__init__(what, where=where, hint=hint)
+        self.got = got
+        self.expected = expected
+
+
+class DeviceIncompatible(DeviceError):
+    """Preflight found that the device cannot execute the bundle; nothing was uploaded."""
+
+    exit_code = 14
+
+
+class RemoteCommandFailed(DeviceError):
+    """A command on the device failed: its argv, exit code and stderr tail."""
+
+    exit_code = 15
+
+    def __init__(self, what: str, *, where: str, argv: list[str], returncode: int,
+                 stderr_tail: str, hint: str | None = None):
+        super().__init__(what, where=where, hint=hint)
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+
+    def __str__(self) -> str:
+        tail = "\n    ".join(self.stderr_tail.strip().splitlines()[-12:])
+        text = f"{self.where}: {self.what} (exit {self.returncode})\n  command: {' '.join(self.argv)}"
+        if tail:
+            text += f"\n  stderr:\n    {tail}"
+        return f"{text}\n  hint: {self.hint}" if self.hint else text
+
+
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, ToolError,
-                BundleError, CannotRunHere, ValidationFailed)
+                BundleError, CannotRunHere, ValidationFailed, DeviceUnreachable, AuthFailed,
+                HostKeyUnknown, HostKeyChanged, DeviceIncompatible, RemoteCommandFailed)
 }

@@ -33,6 +33,9 @@ class CpuSpec(Frozen):
 
 class VulkanSpec(Frozen):
     target: str = pydantic.Field(description="IREE Vulkan target, e.g. valhall, rdna3, ampere")
+    device_match: tuple[str, ...] = pydantic.Field(
+        default=(), description="substrings of the Vulkan device name this target is made for "
+                                "(case-insensitive); empty: any Vulkan device")
 
 
 class RuntimeSpec(Frozen):

@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from edgekit.config.paths import cache_root
 from edgekit.models.bundle import MANIFEST
-
-
-def cache_root() -> Path:
-    env = os.environ.get("EDGEKIT_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "edgekit"
 
 
 def cache_key(parts: dict) -> str:

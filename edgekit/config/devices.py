@@ -1,0 +1,62 @@
+"""Known devices: a name → address + identity registry ($EDGEKIT_HOME/devices.json).
+
+`edgekit lab up` registers its devices here; `--host` accepts a registered name as well as
+`user@host[:port]`, and a registered address brings its identity with it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edgekit.config.paths import edgekit_home
+from edgekit.config.schema_base import Frozen
+from edgekit.errors import AuthFailed
+from edgekit.transport.address import DeviceAddress, parse_address
+
+
+class DeviceEntry(Frozen):
+    name: str
+    address: str            # user@host:port
+    identity: str           # private key path
+    arch: str = ""
+    lab: bool = False
+
+
+def registry_path() -> Path:
+    return edgekit_home() / "devices.json"
+
+
+def load_registry() -> dict[str, DeviceEntry]:
+    path = registry_path()
+    if not path.is_file():
+        return {}
+    return {name: DeviceEntry.model_validate(e) for name, e in json.loads(path.read_text()).items()}
+
+
+def save_registry(entries: dict[str, DeviceEntry]) -> None:
+    path = registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({n: e.model_dump() for n, e in sorted(entries.items())}, indent=2))
+    tmp.replace(path)
+
+
+def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddress, Path]:
+    """`--host` (a registered name or user@host[:port]) + optional `--identity` → where to
+    connect and with which key."""
+    registry = load_registry()
+    entry = registry.get(host)
+    address = parse_address(entry.address if entry else host)
+    if entry is None:
+        entry = next((e for e in registry.values() if parse_address(e.address) == address), None)
+    if identity is not None:
+        return address, identity
+    if entry is not None:
+        return address, Path(entry.identity)
+    for candidate in ("id_ed25519", "id_ecdsa", "id_rsa"):
+        path = Path.home() / ".ssh" / candidate
+        if path.is_file():
+            return address, path
+    raise AuthFailed("no identity to log in with", where=str(address),
+                     hint="pass --identity PATH (a private key the device accepts)")

@@ -1,0 +1,1 @@
+"""Working with one device over SSH: probe, provision, deploy/activate/rollback, validate."""

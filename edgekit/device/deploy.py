@@ -1,0 +1,225 @@
+"""`edgekit deploy`: build → preflight → upload to staging → verify → validate → activate.
+
+Order chosen so that a bad release never goes live: the new release is validated on the device
+from its own directory *before* `current` is switched, so a failed validation leaves `current`
+exactly as it was (nothing to roll back). The switch itself is the activate shim's rename(2).
+`edgekit rollback` moves `current` back to the previously activated release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.config.devices import resolve_device
+from edgekit.device import layout, preflight
+from edgekit.device.probe import DeviceInfo, probe
+from edgekit.device.provision import needs_provisioning, provision, shim_version
+from edgekit.device.releases import activate, current_release, journal_event, prune_releases
+from edgekit.errors import DeviceIncompatible, ValidationFailed
+from edgekit.models.bundle import MANIFEST, Bundle, sha256_file
+from edgekit.models.report import ValidationReport
+from edgekit.pipeline.build import BuildOptions, build
+from edgekit.transport.address import safe_name
+from edgekit.transport.ssh import Connection, connect
+from edgekit.validate.compare import compare_output
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    recipe: Path
+    target: str
+    host: str                       # registered device name or user@host[:port]
+    identity: Path | None = None
+    keep: int = 3                   # releases kept on the device (current included)
+    use_cache: bool = True
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    device: str
+    app: str
+    release: str
+    previous: str | None
+    activated: bool                 # False when the release was already current
+    uploaded_files: int
+    uploaded_bytes: int
+    provisioned: bool
+    report: ValidationReport
+    pruned: tuple[str, ...]
+    seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
+    address, identity = resolve_device(options.host, options.identity)
+    if on_stage:
+        on_stage("build")
+    built = build(BuildOptions(recipe=options.recipe, target=options.target,
+                               use_cache=options.use_cache))
+    with connect(address, identity) as conn:
+        return deploy_bundle(conn, built.bundle, keep=options.keep, on_stage=on_stage)
+
+
+def release_id(bundle: Bundle) -> str:
+    """Content-addressed: the same bundle bytes are the same release on every device."""
+    m = bundle.manifest
+    content = json.dumps({"app": m.app, "target": m.target, "files": m.files}, sort_keys=True)
+    return hashlib.sha256(content.encode()).hexdigest()[:16]
+
+
+def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
+                  on_stage: Callable[[str], None] | None = None) -> DeployResult:
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def stage(name: str) -> None:
+        timings[name] = time.perf_counter()
+        if on_stage:
+            on_stage(name)
+
+    bundle.verify()
+    m = bundle.manifest
+    app, release = safe_name(m.app, "app"), release_id(bundle)
+    stage("preflight")
+    info = probe(conn)
+    payload = sum(bundle.file(f).stat().st_size for f in m.files)
+    found = preflight.problems(m, info, payload)
+    if found:
+        fits = preflight.fitting_targets(info, backend=m.backend) or \
+            preflight.fitting_targets(info)
+        raise DeviceIncompatible("; ".join(found), where=str(conn.address),
+                                 hint=f"nothing was uploaded; targets that fit this device: "
+                                      f"{', '.join(fits) or 'none known'}")
+    provisioned = needs_provisioning(info, m.compiler_version)
+    if provisioned:
+        stage("provision")
+        provision(conn, info, m.compiler_version)
+    runtime = layout.runtime_dir(m.compiler_version, info.arch)
+    shims = layout.shims_dir(shim_version())
+    previous = current_release(conn, app)
+
+    stage("upload")
+    files, sent = upload_release(conn, bundle, app, release, shims)
+
+    stage("validate")
+    report = validate_on_device(conn, bundle, layout.release_dir(app, release), runtime, shims)
+    if not report.ok:
+        journal_event(conn, app, "rejected", release)
+        if previous != release:
+            conn.run(["rm", "-rf", "--", layout.release_dir(app, release)])
+        kept = (f"`current` still points at {previous}" if previous
+                else "the app has no current release")
+        raise ValidationFailed(
+            f"on-device validation failed on {conn.address}: release {release} was not "
+            f"activated; {kept}", report=report,
+            hint=_mismatch_hint(m.backend, info))
+
+    activated = previous != release
+    if activated:
+        stage("activate")
+        activate(conn, app, release, shims)
+    pruned = prune_releases(conn, app, keep)
+    now = time.perf_counter()
+    marks = list(timings.items()) + [("end", now)]
+    stage_seconds = {name: round(marks[i + 1][1] - t, 3) for i, (name, t) in enumerate(marks[:-1])}
+    return DeployResult(device=str(conn.address), app=app, release=release, previous=previous,
+                        activated=activated, uploaded_files=files, uploaded_bytes=sent,
+                        provisioned=provisioned, report=report, pruned=pruned,
+                        seconds=round(now - started, 3), stage_seconds=stage_seconds)
+
+
+def upload_release(conn: Connection, bundle: Bundle, app: str, release: str,
+                   shims: str) -> tuple[int, int]:
+    """Put the release in place, verified. An identical release already there (its
+    SHA256SUMS verify) moves no payload. Returns (files, bytes) sent."""
+    target = layout.release_dir(app, release)
+    verify = ["sh", f"{shims}/verify.sh"]
+    if conn.run([*verify, target], check=False).returncode == 0:
+        return 0, 0
+    with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
+        extras = _release_extras(bundle, Path(tmp))
+        staging = layout.staging_dir(app, secrets.token_hex(6))
+        conn.mkdirs(f"{staging}/golden")
+        sent = 0
+        local_files = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
+        local_files += [(path, path.name) for path in extras]
+        for local, rel in local_files:
+            sent += conn.put(local, f"{staging}/{rel}")
+        conn.run([*verify, staging], what="uploaded files do not match their sha256 on the device",
+                 )
+        conn.run(["rm", "-rf", "--", target])  # an incomplete or corrupted earlier copy
+        conn.mkdirs(f"{layout.app_dir(app)}/releases")
+        conn.rename(staging, target)
+    return len(local_files), sent
+
+
+def _release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
+    """run.env (what the run/bench shims execute) and SHA256SUMS over every release file."""
+    m = bundle.manifest
+    for rel in m.golden_inputs:
+        if not rel.startswith("golden/") or not safe_name(rel.removeprefix("golden/"), "file"):
+            raise DeviceIncompatible(f"unexpected golden input path {rel!r}")
+    run_env = tmp / "run.env"
+    run_env.write_text(f"DRIVER={safe_name(m.runtime_driver, 'driver')}\n"
+                       f"FUNCTION={safe_name(m.entry_function, 'function')}\n"
+                       f"INPUTS='{' '.join(m.golden_inputs)}'\n"
+                       f"NOUTPUTS={len(m.outputs)}\n")
+    sums = {**m.files, MANIFEST: sha256_file(bundle.file(MANIFEST)),
+            "run.env": sha256_file(run_env)}
+    checksums = tmp / "SHA256SUMS"
+    checksums.write_text("".join(f"{digest}  {rel}\n" for rel, digest in sorted(sums.items())))
+    return [run_env, checksums]
+
+
+def validate_on_device(conn: Connection, bundle: Bundle, release_dir: str, runtime: str,
+                       shims: str) -> ValidationReport:
+    """Run the golden inputs with the device's runtime; compare the outputs here, on the host."""
+    m = bundle.manifest
+    out_dir = f"{layout.app_dir(m.app)}/.validation-{secrets.token_hex(6)}"
+    started = time.perf_counter()
+    try:
+        result = conn.run(["sh", f"{shims}/run.sh", runtime, release_dir, out_dir],
+                          check=False, timeout=600)
+        seconds = time.perf_counter() - started
+        with tempfile.TemporaryDirectory(prefix="edgekit-outputs-") as tmp:
+            comparisons = []
+            for i, (sig, golden) in enumerate(zip(m.outputs, m.golden_outputs)):
+                local = Path(tmp) / f"output_{i}.npy"
+                expected = np.load(bundle.file(golden), allow_pickle=False)
+                if result.returncode != 0:
+                    comparisons.append(_run_failed(sig.name, expected, result.stderr))
+                    continue
+                conn.get(f"{out_dir}/output_{i}.npy", local)
+                comparisons.append(compare_output(sig.name, np.load(local, allow_pickle=False),
+                                                  expected, m.tolerances.for_output(sig.name)))
+    finally:
+        conn.run(["rm", "-rf", "--", out_dir], check=False)
+    return ValidationReport(app=m.app, target=m.target, where=str(conn.address),
+                            ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
+                            seconds=round(seconds, 4))
+
+
+def _run_failed(name: str, expected: np.ndarray, stderr: bytes):
+    from edgekit.models.report import OutputComparison
+    tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    return OutputComparison(name=name, shape=tuple(expected.shape), max_abs_error=float("inf"),
+                            max_rel_error=float("inf"), cosine=float("nan"), ok=False,
+                            problems=(f"iree-run-module failed on the device: {tail[0]}",))
+
+
+def _mismatch_hint(backend: str, info: DeviceInfo) -> str:
+    if backend == "vulkan-spirv":
+        fits = preflight.fitting_targets(info, backend="vulkan-spirv")
+        return (f"the device's Vulkan device ({', '.join(info.vulkan_devices)}) computes this "
+                f"module wrongly; build for a target that fits it: {', '.join(fits)}")
+    return "compare the report with `edgekit validate --local` on the host to tell a device " \
+           "problem from a compiler one"

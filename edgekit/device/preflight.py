@@ -1,0 +1,68 @@
+"""Preflight: can this device execute this bundle? Decided before anything is uploaded."""
+
+from __future__ import annotations
+
+from edgekit.config.target import Target, available_targets, load_target
+from edgekit.device.probe import DeviceInfo
+from edgekit.models.bundle import Manifest
+
+MIN_GLIBC = (2, 28)  # the IREE runtime wheels the device tools come from are manylinux_2_28
+
+
+def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[str]:
+    """Reasons the device cannot run the bundle (empty: it can)."""
+    found: list[str] = []
+    profile = Target.model_validate(manifest.target_profile)
+    if manifest.backend == "llvm-cpu" and manifest.arch != info.arch:
+        found.append(f"the bundle is {manifest.arch} code ({manifest.target}) and the device "
+                     f"is {info.arch}")
+    if profile.cpu is not None and manifest.arch == info.arch:
+        for feature in (f.lstrip("+") for f in profile.cpu.features.split(",") if f.startswith("+")):
+            if info.has_cpu_feature(feature) is False:
+                found.append(f"the device's CPU lacks '{feature}', which {manifest.target} "
+                             "code uses")
+    if profile.vulkan is not None:
+        found += vulkan_problems(profile, info)
+    glibc = _version(info.glibc)
+    if glibc and glibc < MIN_GLIBC:
+        found.append(f"glibc {info.glibc} is older than {'.'.join(map(str, MIN_GLIBC))}, which "
+                     "the IREE runtime tools need")
+    if info.free_kb and info.free_kb * 1024 < payload_bytes * 1.2:
+        found.append(f"only {info.free_kb // 1024} MiB free under .edgekit; the upload needs "
+                     f"{payload_bytes * 1.2 / 2**20:.1f} MiB")
+    return found
+
+
+def vulkan_problems(target: Target, info: DeviceInfo) -> list[str]:
+    if not info.vulkan_devices:
+        return ["the device has no Vulkan device (vulkaninfo found none)"]
+    wanted = target.vulkan.device_match
+    if wanted and not any(w.lower() in d.lower() for d in info.vulkan_devices for w in wanted):
+        return [f"target {target.name} compiles for Vulkan '{target.vulkan.target}' "
+                f"({' / '.join(wanted)} GPUs) but the device's Vulkan device is "
+                f"{', '.join(info.vulkan_devices)}"]
+    return []
+
+
+def fitting_targets(info: DeviceInfo, backend: str | None = None) -> list[str]:
+    """Profiles whose code this device can run (optionally only of one backend)."""
+    fits = []
+    for name, path in available_targets().items():
+        target = load_target(str(path))
+        if backend and target.backend != backend:
+            continue
+        if target.backend == "llvm-cpu" and target.arch != info.arch:
+            continue
+        if target.vulkan is not None and vulkan_problems(target, info):
+            continue
+        fits.append(name)
+    return fits
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for p in text.split("."):
+        if not p.isdigit():
+            break
+        parts.append(int(p))
+    return tuple(parts)

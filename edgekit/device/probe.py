@@ -1,0 +1,92 @@
+"""`edgekit probe`: what a device is, and whether it can execute a given bundle.
+
+The probe shim is sent on stdin (`sh -s`), so it works on a device where nothing is installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+
+from edgekit.config.schema_base import Frozen
+from edgekit.device.layout import ROOT
+from edgekit.transport.ssh import Connection
+
+SHIMS = Path(__file__).resolve().parents[2] / "runtime_shims"
+
+# Linux arm64 AT_HWCAP / AT_HWCAP2 bits (arch/arm64/include/uapi/asm/hwcap.h) for the LLVM
+# features our profiles use.
+ARM64_HWCAP = {"neon": (1, 1), "fp-armv8": (1, 0), "fullfp16": (1, 10), "dotprod": (1, 20),
+               "sve": (1, 22), "i8mm": (2, 13), "bf16": (2, 14)}
+# /proc/cpuinfo names for LLVM feature names where they differ.
+CPUINFO_NAME = {"neon": "asimd", "fullfp16": "asimdhp", "dotprod": "asimddp",
+                "fp-armv8": "fp", "sse4.1": "sse4_1", "sse4.2": "sse4_2"}
+
+
+class DeviceInfo(Frozen):
+    arch: str
+    kernel: str = ""
+    os: str = ""
+    glibc: str = ""
+    cores: int = 0
+    mem_kb: int = 0
+    cpu_model: str = ""
+    cpu_part: str = ""
+    cpu_flags: tuple[str, ...] = ()
+    hwcap: int | None = None
+    hwcap2: int | None = None
+    free_kb: int = 0
+    vulkan_devices: tuple[str, ...] = ()
+    npu_nodes: tuple[str, ...] = ()
+    runtimes: tuple[str, ...] = ()
+    shims: tuple[str, ...] = ()
+
+    def has_cpu_feature(self, feature: str) -> bool | None:
+        """True/False when known; None when the device does not say."""
+        if self.arch == "aarch64" and feature in ARM64_HWCAP:
+            word, bit = ARM64_HWCAP[feature]
+            value = self.hwcap if word == 1 else self.hwcap2
+            if value is not None:
+                return bool(value >> bit & 1)
+        if not self.cpu_flags or not _flags_match_arch(self.cpu_flags, self.arch):
+            return None
+        return CPUINFO_NAME.get(feature, feature) in self.cpu_flags
+
+
+def _flags_match_arch(flags: tuple[str, ...], arch: str) -> bool:
+    # Under qemu user emulation /proc/cpuinfo is the host's: x86 flags on an aarch64 device.
+    x86 = "sse2" in flags
+    return x86 == (arch == "x86_64")
+
+
+def parse_probe(text: str) -> DeviceInfo:
+    fields: dict = {"vulkan_devices": [], "npu_nodes": [], "runtimes": [], "shims": []}
+    lists = {"vulkan_device": "vulkan_devices", "npu_node": "npu_nodes", "runtime": "runtimes",
+             "shims": "shims"}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        value = value.strip()
+        if key in lists:
+            fields[lists[key]].append(value)
+        elif key == "cpu_flags":
+            fields[key] = tuple(value.split())
+        elif key in ("hwcap", "hwcap2"):
+            fields[key] = int(value, 16) if value else None
+        elif key in ("cores", "mem_kb", "free_kb"):
+            fields[key] = int(value) if value.isdigit() else 0
+        elif key in DeviceInfo.model_fields:
+            fields[key] = value
+    try:
+        return DeviceInfo.model_validate(fields)
+    except pydantic.ValidationError as exc:  # a device that printed something unexpected
+        from edgekit.errors import DeviceError
+        raise DeviceError(f"unexpected probe output: {exc.errors()[0]['msg']}") from None
+
+
+def probe(conn: Connection) -> DeviceInfo:
+    script = (SHIMS / "probe.sh").read_bytes()
+    result = conn.run(["sh", "-s", "--", ROOT], stdin=script, what="device probe failed")
+    return parse_probe(result.text)

@@ -1,0 +1,141 @@
+"""`edgekit provision`: the IREE runtime tools of exactly the compiler's version for the device's
+arch, plus the device-side shims. Idempotent (files whose sha256 already match are not sent) and
+verified by running the installed tools on the device.
+
+The tools come from the `iree-base-runtime` wheel for the device's platform, fetched with pip on
+the host and cached; they need only glibc, libstdc++ and libgcc_s on the device (no Python).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.config.paths import cache_root
+from edgekit.config.target import host_arch
+from edgekit.device import layout
+from edgekit.device.probe import SHIMS, DeviceInfo
+from edgekit.errors import DeviceIncompatible
+from edgekit.models.bundle import sha256_file
+from edgekit.toolchain.runner import run_tool
+from edgekit.toolchain.versions import iree_runtime_version
+from edgekit.transport.ssh import Connection
+
+TOOLS = ("iree-run-module", "iree-benchmark-module", "iree-cpuinfo")
+SHIM_FILES = ("probe.sh", "verify.sh", "activate.sh", "run.sh", "bench.sh")
+WHEEL_PLATFORM = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}
+
+
+@dataclass(frozen=True)
+class ProvisionResult:
+    runtime_dir: str
+    shims_dir: str
+    uploaded: tuple[str, ...]
+    uploaded_bytes: int
+
+
+def shim_version() -> str:
+    digest = hashlib.sha256()
+    for name in SHIM_FILES:
+        digest.update(name.encode() + b"\0" + (SHIMS / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def runtime_tools(arch: str, version: str) -> Path:
+    """Local directory with the device tools for `arch` at `version` (fetched once, cached)."""
+    if arch not in WHEEL_PLATFORM:
+        raise DeviceIncompatible(f"no IREE runtime build for arch {arch}",
+                                 hint=f"supported: {', '.join(WHEEL_PLATFORM)}")
+    bin_dir = cache_root() / "runtime" / f"iree-{version}-{arch}" / "bin"
+    if all((bin_dir / t).is_file() for t in TOOLS):
+        return bin_dir
+    staging = Path(tempfile.mkdtemp(prefix="edgekit-runtime-"))
+    try:
+        if arch == host_arch() and version == iree_runtime_version():
+            import iree._runtime_libs as libs
+            for tool in TOOLS:
+                shutil.copy2(Path(libs.__file__).parent / tool, staging / tool)
+        else:
+            _extract_from_wheel(arch, version, staging)
+        bin_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        staging.rename(bin_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return bin_dir
+
+
+def _extract_from_wheel(arch: str, version: str, into: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="edgekit-wheel-") as tmp:
+        run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                  "--only-binary=:all:", "--platform", WHEEL_PLATFORM[arch],
+                  "--python-version", "3.11", "--dest", tmp, f"iree-base-runtime=={version}"],
+                 what=f"downloading the IREE runtime {version} for {arch}",
+                 hint="the host needs to reach the Python package index once; the tools are "
+                      "cached afterwards")
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            for tool in TOOLS:
+                with zf.open(f"iree/_runtime_libs/{tool}") as src, (into / tool).open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                (into / tool).chmod(0o755)
+
+
+def provision(conn: Connection, info: DeviceInfo, version: str | None = None) -> ProvisionResult:
+    version = version or iree_runtime_version()
+    local_bin = runtime_tools(info.arch, version)
+    runtime = layout.runtime_dir(version, info.arch)
+    shims = layout.shims_dir(shim_version())
+    uploaded: list[str] = []
+    sent = 0
+    for local_dir, remote_dir, names in ((local_bin, f"{runtime}/bin", TOOLS),
+                                         (SHIMS, shims, SHIM_FILES)):
+        sent += sync_files(conn, [(local_dir / n, f"{remote_dir}/{n}") for n in names],
+                           uploaded, mode=0o755)
+    # Verified by running: the tools execute on this device, the shims parse.
+    conn.run([f"{runtime}/bin/iree-run-module", "--help"],
+             what="the installed iree-run-module does not run on the device")
+    conn.run(["sh", "-n", f"{shims}/run.sh"], what="the installed shims do not parse")
+    return ProvisionResult(runtime, shims, tuple(uploaded), sent)
+
+
+def sync_files(conn: Connection, pairs: list[tuple[Path, str]], uploaded: list[str],
+               mode: int = 0o644) -> int:
+    """Upload files whose remote sha256 differs (written under a temporary name, then renamed).
+    Returns bytes sent; appends remote paths sent to `uploaded`."""
+    remote_sums = remote_sha256(conn, [remote for _, remote in pairs])
+    sent = 0
+    for local, remote in pairs:
+        if remote_sums.get(remote) == sha256_file(local):
+            continue
+        conn.mkdirs(remote.rsplit("/", 1)[0])
+        tmp = f"{remote}.partial"
+        sent += conn.put(local, tmp)
+        conn.sftp.chmod(tmp, mode)
+        conn.rename(tmp, remote)
+        uploaded.append(remote)
+    return sent
+
+
+def remote_sha256(conn: Connection, paths: list[str]) -> dict[str, str]:
+    """sha256 of the remote files that exist (missing ones are simply absent)."""
+    result = conn.run(["sh", "-c", 'for f; do [ -f "$f" ] && sha256sum "$f"; done; exit 0',
+                       "sha", *paths], what="reading checksums on the device")
+    sums = {}
+    for line in result.text.splitlines():
+        digest, _, path = line.partition("  ")
+        sums[path] = digest
+    return sums
+
+
+def needs_provisioning(info: DeviceInfo, version: str | None = None) -> bool:
+    version = version or iree_runtime_version()
+    return (f"iree-{version}-{info.arch}" not in info.runtimes
+            or shim_version() not in info.shims)
+
+

@@ -1,0 +1,1 @@
+"""Reaching devices. ssh.py is the only module that imports paramiko."""
