@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything edgekit and its tests need on a fresh Debian machine (run as root):
-# software Vulkan (Mesa llvmpipe) for GPU profiles, the pinned Python toolchain, and edgekit
+# software Vulkan (Mesa llvmpipe) for GPU profiles, OpenSSH for lab devices, qemu user
+# emulation + debootstrap for aarch64 lab devices, the pinned Python toolchain, and edgekit
 # itself in editable mode. Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools)
+apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
+              qemu-user-static binfmt-support debootstrap)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,5 +1,6 @@
-"""`edgekit demo`: the main job end to end on an embedded default — build an example recipe for
-the host and prove the module on this machine against PyTorch's outputs."""
+"""`edgekit demo`: the main job end to end on an embedded default — start a lab device (a real
+sshd on 127.0.0.x), deploy an example recipe to it (build, preflight, provision, upload, verify,
+validate on the device, activate), report, and stop the device."""
 
 from __future__ import annotations
 
@@ -7,23 +8,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.models.report import ValidationReport
-from edgekit.pipeline.build import BuildOptions, BuildResult, build
-from edgekit.validate.local import validate_local
+from edgekit.device.deploy import DeployOptions, DeployResult, deploy
+from edgekit.lab import devices as lab
 
 EXAMPLE_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 DEFAULT_RECIPE = EXAMPLE_RECIPES / "mobilenet_v2.yaml"
+DEFAULT_TARGET = {"x86_64": "host", "aarch64": "rpi4"}
 
 
 @dataclass(frozen=True)
 class DemoResult:
-    build: BuildResult
-    report: ValidationReport
+    device: str
+    deploy: DeployResult
 
 
-def run_demo(recipe: Path = DEFAULT_RECIPE, target: str = "host",
+def run_demo(recipe: Path = DEFAULT_RECIPE, arch: str = "x86_64", target: str | None = None,
              on_stage: Callable[[str], None] | None = None) -> DemoResult:
-    built = build(BuildOptions(recipe=recipe, target=target), on_stage=on_stage)
     if on_stage:
-        on_stage("validate")
-    return DemoResult(build=built, report=validate_local(built.bundle.path))
+        on_stage(f"starting an {arch} lab device")
+    device = lab.up(arch, 1, on_progress=on_stage)[0]
+    try:
+        result = deploy(DeployOptions(recipe=recipe, target=target or DEFAULT_TARGET[arch],
+                                      host=device.name), on_stage=on_stage)
+    finally:
+        if on_stage:
+            on_stage(f"stopping {device.name}")
+        lab.down([device.name])
+    return DemoResult(device=device.name, deploy=result)

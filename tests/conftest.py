@@ -1,3 +1,4 @@
+import os
 import textwrap
 from pathlib import Path
 
@@ -5,18 +6,29 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny_models.py"
+# The arm64 rootfs is built once per machine (a few minutes) and shared by every run.
+os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
+                      str(Path.home() / ".cache" / "edgekit" / "lab" / "rootfs-arm64-bookworm"))
 
 
-@pytest.fixture(scope="session")
-def shared_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("edgekit-cache")
+@pytest.fixture(scope="session", autouse=True)
+def isolated_edgekit_state(tmp_path_factory):
+    """The whole session uses its own build cache, pinned keys and device registry, never the
+    user's; a build made by one test is a cache hit for the next."""
+    saved = {k: os.environ.get(k) for k in ("EDGEKIT_CACHE_DIR", "EDGEKIT_HOME")}
+    os.environ["EDGEKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("edgekit-cache"))
+    os.environ["EDGEKIT_HOME"] = str(tmp_path_factory.mktemp("edgekit-home"))
+    os.environ.pop("EDGEKIT_TARGETS_PATH", None)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(autouse=True)
-def isolated_edgekit(monkeypatch, shared_cache, tmp_path):
-    """Every test gets the session's build cache (not the user's) and its own working dir."""
-    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(shared_cache))
-    monkeypatch.delenv("EDGEKIT_TARGETS_PATH", raising=False)
+def in_tmp_dir(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 

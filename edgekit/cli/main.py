@@ -68,19 +68,21 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
 @cli.command()
 @click.option("--recipe", type=click.Path(path_type=Path),
               help="recipe YAML [default: the MobileNetV2-like example]")
-@click.option("--target", default="host", show_default=True, help="target profile")
+@click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64",
+              show_default=True, help="the lab device to start (aarch64: a Pi under qemu)")
+@click.option("--target", help="target profile [default: host for x86_64, rpi4 for aarch64]")
 @handle_errors
-def demo(recipe: Path | None, target: str) -> None:
-    """Build an example model for this machine and validate it here, end to end."""
+def demo(recipe: Path | None, arch: str, target: str | None) -> None:
+    """Start a lab device, deploy an example to it, validate on it, report, stop it."""
     from edgekit.demo import DEFAULT_RECIPE, run_demo
-    with render.err.status("building…") as status:
-        result = run_demo(recipe or DEFAULT_RECIPE, target,
-                          on_stage=lambda name: status.update(f"{name}…"))
-    render.build_summary(result.build)
-    render.validation_table(result.report)
-    if not result.report.ok:
-        raise ValidationFailed("outputs differ from the golden reference beyond the bundle's "
-                               "tolerances", report=result.report)
+    try:
+        with render.err.status("starting…") as status:
+            result = run_demo(recipe or DEFAULT_RECIPE, arch, target, on_stage=status.update)
+    except ValidationFailed as exc:
+        render.validation_table(exc.report)
+        raise
+    render.deploy_summary(result.deploy)
+    render.out.print(f"stopped {result.device}")
 
 
 @cli.command()
@@ -152,6 +154,240 @@ def schema(kind: str) -> None:
     """Print the JSON Schema of a config file kind (for editor autocompletion)."""
     from edgekit.config.recipe import recipe_json_schema
     sys.stdout.write(json.dumps(recipe_json_schema(), indent=2) + "\n")
+
+
+IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
+                        help="private key [default: the registered device's, else ~/.ssh/id_*]")
+HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"
+
+
+@cli.command()
+@click.option("--target", required=True, help="target profile name or YAML path")
+@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
+@click.option("--host", required=True, help=HOST_HELP)
+@IDENTITY
+@click.option("--keep", default=3, show_default=True, help="releases kept on the device")
+@click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def deploy(target: str, recipe: Path, host: str, identity: Path | None, keep: int,
+           no_cache: bool, as_json: bool) -> None:
+    """Build, check the device, ship, validate on the device, then activate."""
+    from edgekit.device.deploy import DeployOptions, deploy as run_deploy
+    options = DeployOptions(recipe=recipe, target=target, host=host, identity=identity,
+                            keep=keep, use_cache=not no_cache)
+    try:
+        if as_json:
+            result = run_deploy(options)
+        else:
+            with render.err.status("deploying…") as status:
+                result = run_deploy(options, on_stage=lambda n: status.update(f"{n}…"))
+    except ValidationFailed as exc:
+        if as_json:
+            render.emit_json({"ok": False, "error": exc.what,
+                              "report": exc.report.model_dump(mode="json")})
+        else:
+            render.validation_table(exc.report)
+        raise
+    if as_json:
+        render.emit_json(render.deploy_json(result))
+    else:
+        render.deploy_summary(result)
+
+
+@cli.command()
+@click.argument("host")
+@IDENTITY
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def probe(host: str, identity: Path | None, as_json: bool) -> None:
+    """What a device is: arch, CPU, memory, disk, OS, Vulkan, NPUs, runtimes."""
+    from edgekit.config.devices import resolve_device
+    from edgekit.device.probe import probe as run_probe
+    from edgekit.transport.ssh import connect
+    address, key = resolve_device(host, identity)
+    with connect(address, key) as conn:
+        info = run_probe(conn)
+    if as_json:
+        render.emit_json({"device": str(address), **info.model_dump(mode="json")})
+    else:
+        render.probe_table(str(address), info)
+
+
+@cli.command()
+@click.argument("host")
+@click.option("--target", help="(informational) the profile you will deploy")
+@IDENTITY
+@handle_errors
+def provision(host: str, target: str | None, identity: Path | None) -> None:
+    """Install the IREE runtime tools (the compiler's version) and the shims on a device."""
+    from edgekit.config.devices import resolve_device
+    from edgekit.device.probe import probe as run_probe
+    from edgekit.device.provision import provision as run_provision
+    from edgekit.transport.ssh import connect
+    if target:
+        from edgekit.config.target import load_target
+        load_target(target)
+    address, key = resolve_device(host, identity)
+    with connect(address, key) as conn:
+        result = run_provision(conn, run_probe(conn))
+    state = (f"installed {len(result.uploaded)} file(s), {result.uploaded_bytes:,} bytes"
+             if result.uploaded else "already up to date")
+    render.out.print(f"{address}: runtime {result.runtime_dir}, shims {result.shims_dir}: "
+                     f"{state}; verified by running them")
+
+
+@cli.command()
+@click.argument("host")
+@click.option("--app", required=True, help="app name (the recipe's name)")
+@IDENTITY
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
+    """Releases of an app on a device, newest first; * marks current."""
+    from edgekit.config.devices import resolve_device
+    from edgekit.device.releases import describe_releases
+    from edgekit.transport.address import safe_name
+    from edgekit.transport.ssh import connect
+    safe_name(app, "app")
+    address, key = resolve_device(host, identity)
+    with connect(address, key) as conn:
+        infos = describe_releases(conn, app)
+    if as_json:
+        render.emit_json([vars(i) for i in infos])
+        return
+    for i in infos:
+        render.out.print(f"{'*' if i.current else ' '} {i.release}  {i.target:<16} {i.created_at}")
+
+
+@cli.command()
+@click.argument("host")
+@click.option("--app", required=True, help="app name (the recipe's name)")
+@click.option("--to", "to", help="release id [default: the one activated before current]")
+@IDENTITY
+@handle_errors
+def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None:
+    """Make the previously activated release current again (atomic switch)."""
+    from edgekit.config.devices import resolve_device
+    from edgekit.device.probe import probe as run_probe
+    from edgekit.device.provision import needs_provisioning, provision as run_provision, \
+        shim_version
+    from edgekit.device.layout import shims_dir
+    from edgekit.device.releases import rollback as run_rollback
+    from edgekit.transport.address import safe_name
+    from edgekit.transport.ssh import connect
+    safe_name(app, "app")
+    if to:
+        safe_name(to, "release")
+    address, key = resolve_device(host, identity)
+    with connect(address, key) as conn:
+        info = run_probe(conn)
+        if needs_provisioning(info):
+            run_provision(conn, info)
+        before, after = run_rollback(conn, app, shims_dir(shim_version()), to)
+    render.out.print(f"{address}: {app} rolled back from {before or '(none)'} to {after}")
+
+
+@cli.group()
+def devices() -> None:
+    """Known devices and their pinned host keys."""
+
+
+@devices.command("trust")
+@click.argument("host")
+@click.option("--fingerprint", help="pin only if the device's key has this SHA256 fingerprint")
+@click.option("--replace", is_flag=True, help="replace a pinned key (device re-imaged)")
+@click.option("--yes", is_flag=True, help="do not ask")
+@handle_errors
+def devices_trust(host: str, fingerprint: str | None, replace: bool, yes: bool) -> None:
+    """Show a device's host key fingerprint and pin it."""
+    from edgekit.config.devices import load_registry
+    from edgekit.errors import ConfigError, HostKeyChanged
+    from edgekit.transport.address import parse_address
+    from edgekit.transport.ssh import fetch_host_key, pin_host_key, pinned_fingerprint
+    entry = load_registry().get(host)
+    address = parse_address(entry.address if entry else host)
+    key_type, key_b64, seen = fetch_host_key(address)
+    pinned = pinned_fingerprint(address)
+    render.out.print(f"{address} presents {key_type} {seen}")
+    if pinned == seen:
+        render.out.print("already pinned")
+        return
+    if pinned and not replace:
+        raise HostKeyChanged("a different key is pinned for this device", where=str(address),
+                             got=seen, expected=pinned,
+                             hint="pass --replace if the device was re-imaged on purpose")
+    if fingerprint and fingerprint != seen:
+        raise ConfigError(f"the device's key is {seen}, not {fingerprint}", key="fingerprint")
+    if not (fingerprint or yes or click.confirm("pin this key?", default=False)):
+        raise ConfigError("not pinned", hint="compare the fingerprint with the device's "
+                          "`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`")
+    pin_host_key(address, key_type, key_b64, replace=replace)
+    render.out.print("pinned")
+
+
+@devices.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def devices_list(as_json: bool) -> None:
+    """Registered devices (lab devices register themselves)."""
+    from edgekit.config.devices import load_registry
+    entries = [e.model_dump() for e in load_registry().values()]
+    if as_json:
+        render.emit_json(entries)
+        return
+    for e in entries:
+        render.out.print(f"{e['name']:<18} {e['address']:<28} {e['arch']:<8} {e['identity']}")
+
+
+@cli.group()
+def lab() -> None:
+    """Emulated devices: real sshd on 127.0.0.x (x86_64 with llvmpipe; aarch64 under qemu)."""
+
+
+@lab.command("up")
+@click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64",
+              show_default=True)
+@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 32))
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def lab_up(arch: str, count: int, as_json: bool) -> None:
+    """Start lab devices, pin their host keys and register them by name."""
+    from edgekit.lab import devices as lab_devices
+    with render.err.status("starting the lab…") as status:
+        started = lab_devices.up(arch, count, on_progress=status.update)
+    if as_json:
+        render.emit_json([{**d.model_dump(), "address": d.address} for d in started])
+        return
+    for d in started:
+        render.out.print(f"{d.name}: {d.address} ({d.arch}) — e.g. "
+                         f"edgekit probe {d.name}")
+
+
+@lab.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def lab_status(as_json: bool) -> None:
+    """Lab devices and whether they run."""
+    from edgekit.lab import devices as lab_devices
+    rows = lab_devices.status()
+    if as_json:
+        render.emit_json(rows)
+        return
+    if not rows:
+        render.out.print("no lab devices (start some with `edgekit lab up`)")
+    for r in rows:
+        state = "[green]running[/]" if r["running"] else "[red]stopped[/]"
+        render.out.print(f"{r['name']:<16} {r['address']:<28} {r['arch']:<8} {state}")
+
+
+@lab.command("down")
+@handle_errors
+def lab_down() -> None:
+    """Stop every lab device and remove its user, files and registration."""
+    from edgekit.lab import devices as lab_devices
+    stopped = lab_devices.down()
+    render.out.print(f"stopped {len(stopped)} lab device(s)")
 
 
 def main() -> None:

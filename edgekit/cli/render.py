@@ -59,3 +59,42 @@ def validation_table(report: ValidationReport) -> None:
     out.print(table)
     verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
     out.print(f"{verdict} ({report.seconds * 1000:.1f} ms run)")
+
+
+def deploy_summary(result) -> None:
+    validation_table(result.report)
+    moved = (f"uploaded {result.uploaded_files} file(s), {result.uploaded_bytes:,} bytes"
+             if result.uploaded_files else "identical release already on the device: no payload")
+    state = (f"activated {result.release}" + (f" (was {result.previous})" if result.previous
+                                              else "")
+             if result.activated else f"{result.release} was already current")
+    out.print(f"[green]deployed[/] {result.app} to {result.device}: {state}; {moved}"
+              + ("; provisioned the runtime" if result.provisioned else "")
+              + f" in {result.seconds:.2f} s")
+    if result.pruned:
+        out.print(f"  pruned old releases: {', '.join(result.pruned)}")
+
+
+def deploy_json(result) -> dict:
+    from dataclasses import asdict
+    data = asdict(result)
+    data["report"] = result.report.model_dump(mode="json")
+    return data
+
+
+def probe_table(device: str, info) -> None:
+    table = Table(title=device, show_header=False)
+    table.add_column("key")
+    table.add_column("value")
+    flags = " ".join(info.cpu_flags)
+    rows = [("arch", info.arch), ("cpu", info.cpu_model or "-"), ("cpu part", info.cpu_part or "-"),
+            ("cpu features", flags[:100] + ("…" if len(flags) > 100 else "")),
+            ("cores", str(info.cores)), ("memory", f"{info.mem_kb // 1024} MiB"),
+            ("free (.edgekit)", f"{info.free_kb // 1024} MiB"), ("os", info.os),
+            ("glibc", info.glibc), ("vulkan", ", ".join(info.vulkan_devices) or "none"),
+            ("npu nodes", ", ".join(info.npu_nodes) or "none"),
+            ("runtimes", ", ".join(info.runtimes) or "none"),
+            ("shims", ", ".join(info.shims) or "none")]
+    for key, value in rows:
+        table.add_row(key, value)
+    out.print(table)

@@ -98,7 +98,8 @@ def up(arch: str = "x86_64", count: int = 1,
     started = []
     used = {d.index for d in devices.values()}
     for _ in range(count):
-        index = next(i for i in range(1, 240) if i not in used)
+        index = next(i for i in range(1, 240)
+                     if i not in used and _free(f"127.0.0.{FIRST_OCTET + i}", PORT))
         used.add(index)
         device = _create(arch, index, chroot)
         if on_progress:
@@ -116,9 +117,12 @@ def status() -> list[dict]:
              "identity": str(identity_path())} for d in load_lab().values()]
 
 
-def down(on_progress: Callable[[str], None] | None = None) -> list[str]:
-    """Stop every lab device and remove its user, home and registration."""
-    devices = load_lab()
+def down(names: list[str] | None = None,
+         on_progress: Callable[[str], None] | None = None) -> list[str]:
+    """Stop lab devices (all, or those named) and remove their users, homes and
+    registrations."""
+    lab = load_lab()
+    devices = {n: d for n, d in lab.items() if names is None or n in names}
     for device in devices.values():
         if on_progress:
             on_progress(f"stopping {device.name}")
@@ -126,12 +130,13 @@ def down(on_progress: Callable[[str], None] | None = None) -> list[str]:
         _remove_user(device)
         shutil.rmtree(device.host_path(device.home), ignore_errors=True)
         shutil.rmtree(Path(device.config_dir), ignore_errors=True)
-    chroots = {d.chroot for d in devices.values() if d.chroot}
-    for chroot in chroots:
-        _unmount_pseudo_filesystems(Path(chroot))
+    remaining = {n: d for n, d in lab.items() if n not in devices}
+    for chroot in {d.chroot for d in devices.values() if d.chroot}:
+        if not any(d.chroot == chroot for d in remaining.values()):
+            _unmount_pseudo_filesystems(Path(chroot))
     registry = load_registry()
     save_registry({n: e for n, e in registry.items() if n not in devices})
-    _save_lab({})
+    _save_lab(remaining)
     return list(devices)
 
 
@@ -208,6 +213,15 @@ def _start(device: LabDevice) -> None:
     pub = (config / "ssh_host_ed25519_key.pub").read_text().split()
     pin_host_key(parse_address(device.address), pub[0], pub[1], replace=True,
                  known_hosts=known_hosts_path())
+
+
+def _free(host: str, port: int) -> bool:
+    """Nothing listens there yet (another lab, e.g. of another EDGEKIT_HOME, may)."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return False
+    except OSError:
+        return True
 
 
 def _wait_for_banner(device: LabDevice, timeout: float) -> None:

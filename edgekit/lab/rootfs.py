@@ -1,8 +1,10 @@
 """The Debian arm64 userland for aarch64 lab devices: built once with debootstrap, then cached
-($EDGEKIT_CACHE_DIR/lab/rootfs-arm64-bookworm) and shared by every aarch64 lab device."""
+($EDGEKIT_ROOTFS_DIR, default $EDGEKIT_CACHE_DIR/lab/rootfs-arm64-bookworm) and shared by every
+aarch64 lab device."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -21,7 +23,8 @@ class LabSetupError(EdgekitError):
 
 
 def rootfs_path() -> Path:
-    return cache_root() / "lab" / f"rootfs-arm64-{SUITE}"
+    env = os.environ.get("EDGEKIT_ROOTFS_DIR")
+    return Path(env) if env else cache_root() / "lab" / f"rootfs-arm64-{SUITE}"
 
 
 def ensure_qemu_binfmt() -> None:

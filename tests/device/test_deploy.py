@@ -1,0 +1,129 @@
+"""Deploys to real lab devices: OpenSSH on 127.0.0.x, arm64 under qemu, llvmpipe Vulkan."""
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from edgekit.config.devices import resolve_device
+from edgekit.device.deploy import DeployOptions, deploy
+from edgekit.errors import ConfigError, DeviceIncompatible, ValidationFailed
+from edgekit.transport.ssh import connect
+from tests.integration.helpers import edgekit
+
+TINY_RECIPE = 'name: {name}\nmodel:\n  python: "@TINY@:{factory}"\n'
+
+
+def current_of(device, app: str) -> str | None:
+    link = device.host_path(f"{device.home}/.edgekit/apps/{app}/current")
+    return link.readlink().name if link.is_symlink() else None
+
+
+def releases_on(device, app: str) -> set[str]:
+    path = device.host_path(f"{device.home}/.edgekit/apps/{app}/releases")
+    return {p.name for p in path.iterdir()} if path.is_dir() else set()
+
+
+def test_rpi4_deploys_to_an_aarch64_device_and_validates_there(write_recipe, arm_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="pi-app", factory="linear_softmax"))
+    proc = edgekit("deploy", "--target", "rpi4", "--recipe", str(recipe),
+                   "--host", arm_device.name, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["report"]["ok"] and result["report"]["where"] == arm_device.address
+    assert result["provisioned"] and result["activated"]
+    assert current_of(arm_device, "pi-app") == result["release"]
+    runtime = arm_device.host_path(f"{arm_device.home}/.edgekit/runtime/iree-3.13.0-aarch64/bin")
+    assert (runtime / "iree-run-module").read_bytes()[:20].hex()[36:40] == "b700"  # EM_AARCH64
+
+
+def test_an_identical_redeploy_moves_no_payload_and_revalidates(write_recipe, x86_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="same", factory="linear_softmax"))
+    options = DeployOptions(recipe=recipe, target="host", host=x86_device.name)
+    first = deploy(options)
+    again = deploy(options)
+    assert first.uploaded_bytes > 0 and first.activated
+    assert (again.uploaded_files, again.uploaded_bytes) == (0, 0)
+    assert not again.activated and again.report.ok and again.release == first.release
+
+
+def test_a_vulkan_profile_validates_on_the_devices_llvmpipe(write_recipe, x86_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="gpu-app", factory="conv_mean"))
+    result = deploy(DeployOptions(recipe=recipe, target="vulkan-generic", host=x86_device.name))
+    assert result.report.ok and current_of(x86_device, "gpu-app") == result.release
+
+
+def test_the_valhall_profile_is_refused_at_preflight_on_llvmpipe(write_recipe, x86_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="mali-app", factory="conv_mean"))
+    proc = edgekit("deploy", "--target", "rk3588-gpu", "--recipe", str(recipe),
+                   "--host", x86_device.name)
+    assert proc.returncode == 14, proc.stderr
+    assert "valhall" in proc.stderr and "llvmpipe" in proc.stderr
+    assert "vulkan-generic" in proc.stderr  # a target that fits is suggested
+    assert releases_on(x86_device, "mali-app") == set()  # nothing was uploaded
+
+
+def test_a_release_that_fails_on_device_validation_never_goes_live(write_recipe, x86_device,
+                                                                    tmp_path, monkeypatch):
+    # A user's profile that skips the device check: valhall SPIR-V runs wrongly on llvmpipe.
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "mali-unchecked.yaml").write_text(
+        "extends: vulkan-generic\nvulkan:\n  target: valhall\n")
+    recipe = write_recipe(TINY_RECIPE.format(name="guarded", factory="conv_mean"))
+    good = deploy(DeployOptions(recipe=recipe, target="vulkan-generic", host=x86_device.name))
+    with pytest.raises(ValidationFailed) as err:
+        deploy(DeployOptions(recipe=recipe, target="mali-unchecked", host=x86_device.name))
+    assert not err.value.report.ok
+    assert "vulkan-generic" in err.value.hint
+    assert current_of(x86_device, "guarded") == good.release
+    assert releases_on(x86_device, "guarded") == {good.release}
+
+
+def test_a_wrong_arch_bundle_is_refused_before_upload(write_recipe, x86_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="wrong-arch", factory="linear_softmax"))
+    with pytest.raises(DeviceIncompatible, match="aarch64 code .* device is x86_64") as err:
+        deploy(DeployOptions(recipe=recipe, target="rpi4", host=x86_device.name))
+    assert "host" in err.value.hint
+    assert releases_on(x86_device, "wrong-arch") == set()
+
+
+def test_rollback_returns_to_the_previous_release_and_old_ones_are_pruned(write_recipe,
+                                                                          x86_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="history", factory="linear_softmax"))
+    first = deploy(DeployOptions(recipe=recipe, target="host", host=x86_device.name))
+    second = deploy(DeployOptions(recipe=recipe, target="vulkan-generic", host=x86_device.name))
+    proc = edgekit("rollback", x86_device.name, "--app", "history")
+    assert proc.returncode == 0, proc.stderr
+    assert current_of(x86_device, "history") == first.release
+    listed = edgekit("releases", x86_device.name, "--app", "history", "--json")
+    current = [r["release"] for r in json.loads(listed.stdout) if r["current"]]
+    assert current == [first.release]
+    other = write_recipe(TINY_RECIPE.format(name="history", factory="atan2_model"), "b.yaml")
+    third = deploy(DeployOptions(recipe=other, target="host", host=x86_device.name, keep=2))
+    # current (third) and the rollback target (first) stay; second is pruned
+    assert releases_on(x86_device, "history") == {third.release, first.release}
+    assert third.pruned == (second.release,)
+
+
+def test_an_injection_attempt_in_an_app_name_creates_nothing(x86_device):
+    marker = Path(f"/tmp/pwned-{uuid.uuid4().hex}")
+    for command in (["releases", x86_device.name, "--app", f"x; touch {marker}"],
+                    ["rollback", x86_device.name, "--app", f"$(touch {marker})"]):
+        proc = edgekit(*command)
+        assert proc.returncode == 2 and "invalid app name" in proc.stderr
+    assert not marker.exists()
+    with pytest.raises(ConfigError):
+        from edgekit.device.layout import app_dir
+        app_dir("../../etc")
+
+
+def test_probe_reports_the_devices_own_view(arm_device):
+    address, key = resolve_device(arm_device.name)
+    with connect(address, key) as conn:
+        from edgekit.device.probe import probe
+        info = probe(conn)
+    assert info.arch == "aarch64"
+    assert info.has_cpu_feature("neon") is True  # from AT_HWCAP, right under emulation
+    proc = edgekit("probe", arm_device.name, "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["arch"] == "aarch64"

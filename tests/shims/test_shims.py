@@ -1,0 +1,96 @@
+"""The device-side shims, run here with /bin/sh on real files (and the real iree-run-module)."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit import BuildOptions, build
+from edgekit.device.deploy import _release_extras
+from edgekit.toolchain.iree import tool_path
+
+SHIMS = Path(__file__).resolve().parents[2] / "runtime_shims"
+
+
+def sh(script: str, *args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", str(SHIMS / script), *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in SHIMS.glob("*.sh")))
+def test_every_shim_is_plain_posix_sh(script):
+    assert subprocess.run(["sh", "-n", str(SHIMS / script)]).returncode == 0
+    text = (SHIMS / script).read_text()
+    assert "python" not in text and "bash" not in text.splitlines()[0]
+
+
+def test_probe_prints_what_this_machine_is(tmp_path):
+    out = sh("probe.sh", tmp_path / ".edgekit").stdout
+    facts = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert facts["arch"] == os.uname().machine
+    assert int(facts["cores"]) >= 1 and int(facts["free_kb"]) > 0
+    assert facts["glibc"].startswith("2.")
+
+
+def test_activate_switches_current_by_rename_and_journals_it(tmp_path):
+    app = tmp_path / "app"
+    (app / "releases" / "one").mkdir(parents=True)
+    (app / "releases" / "two").mkdir()
+    assert sh("activate.sh", app, "one").returncode == 0
+    assert os.readlink(app / "current") == "releases/one"
+    assert sh("activate.sh", app, "two").returncode == 0
+    assert os.readlink(app / "current") == "releases/two"
+    events = [json.loads(line) for line in (app / "journal.jsonl").read_text().splitlines()]
+    assert [e["release"] for e in events] == ["one", "two"]
+    missing = sh("activate.sh", app, "three")
+    assert missing.returncode == 3 and os.readlink(app / "current") == "releases/two"
+    assert not list(app.glob(".current.*"))  # no temporary link left behind
+
+
+def test_verify_accepts_intact_files_and_names_a_changed_one(tmp_path):
+    (tmp_path / "a").write_text("alpha")
+    (tmp_path / "b").write_text("beta")
+    sums = subprocess.run(["sha256sum", "a", "b"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout
+    (tmp_path / "SHA256SUMS").write_text(sums)
+    assert sh("verify.sh", tmp_path).returncode == 0
+    (tmp_path / "b").write_text("BETA")
+    bad = sh("verify.sh", tmp_path)
+    assert bad.returncode == 1 and "b: FAILED" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def host_release(tmp_path_factory):
+    """A real host bundle laid out as a release, with the real runtime tools beside it."""
+    root = tmp_path_factory.mktemp("device")
+    recipe = root / "r.yaml"
+    recipe.write_text(f'name: shim\nmodel:\n  python: "{Path(__file__).parents[1]}'
+                      '/fixtures/tiny_models.py:linear_softmax"\n')
+    bundle = build(BuildOptions(recipe=recipe, target="host", out=root / "bundle")).bundle
+    runtime = root / "runtime" / "bin"
+    runtime.mkdir(parents=True)
+    for tool in ("iree-run-module", "iree-benchmark-module"):
+        (runtime / tool).symlink_to(tool_path(tool))
+    for extra in _release_extras(bundle, root / "bundle"):
+        assert extra.parent == root / "bundle"
+    return bundle, runtime.parent
+
+
+def test_run_writes_the_outputs_of_the_golden_inputs(host_release, tmp_path):
+    bundle, runtime = host_release
+    assert sh("verify.sh", bundle.path).returncode == 0
+    proc = sh("run.sh", runtime, bundle.path, tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(tmp_path / "out" / "output_0.npy")
+    np.testing.assert_allclose(got, np.load(bundle.file("golden/output_0.npy")), atol=1e-5)
+
+
+def test_bench_prints_benchmark_json(host_release):
+    bundle, runtime = host_release
+    proc = sh("bench.sh", runtime, bundle.path, "--benchmark_repetitions=2")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert any("real_time" in b for b in report["benchmarks"])
