@@ -13,7 +13,6 @@ from edgekit.errors import EdgekitError
 from edgekit.toolchain.runner import run_tool
 
 SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 READY_MARK = ".edgekit-rootfs-ready"
 
@@ -40,6 +39,22 @@ def ensure_qemu_binfmt() -> None:
         run_tool(["update-binfmts", "--enable", "qemu-aarch64"], what="enabling qemu-aarch64")
 
 
+def apt_mirror() -> str | None:
+    """The Debian archive this machine's apt uses (debootstrap's own default otherwise)."""
+    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    for path in sources:
+        for line in path.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+    legacy = Path("/etc/apt/sources.list")
+    if legacy.is_file():
+        for line in legacy.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "deb" and "security" not in parts[1]:
+                return parts[1]
+    return None
+
+
 def ensure_rootfs(on_progress=None) -> Path:
     """The arm64 rootfs, built on first use (a few minutes), afterwards reused."""
     root = rootfs_path()
@@ -54,8 +69,9 @@ def ensure_rootfs(on_progress=None) -> Path:
     staging.parent.mkdir(parents=True, exist_ok=True)
     if on_progress:
         on_progress("building the arm64 rootfs with debootstrap (once; a few minutes)")
+    mirror = [m for m in [apt_mirror()] if m]
     run_tool(["debootstrap", "--arch=arm64", "--variant=minbase",
-              "--include=openssh-server,openssh-sftp-server", SUITE, str(staging), MIRROR],
+              "--include=openssh-server,openssh-sftp-server", SUITE, str(staging), *mirror],
              what="debootstrap of the arm64 rootfs", timeout=1800,
              hint="needs Debian's package mirror and qemu-user-static")
     (staging / "run" / "sshd").mkdir(parents=True, exist_ok=True)
