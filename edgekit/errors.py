@@ -73,11 +73,17 @@ class ToolError(EdgekitError):
         self.stderr_tail = stderr_tail
 
     def __str__(self) -> str:
-        tail = "\n    ".join(self.stderr_tail.strip().splitlines()[-12:])
-        text = f"{self.what} (exit {self.returncode})\n  command: {' '.join(self.argv)}"
-        if tail:
-            text += f"\n  stderr:\n    {tail}"
-        return f"{text}\n  hint: {self.hint}" if self.hint else text
+        return _command_failure(self.what, self.argv, self.returncode, self.stderr_tail,
+                                self.hint)
+
+
+def _command_failure(head: str, argv: list[str], returncode: int, stderr_tail: str,
+                     hint: str | None) -> str:
+    tail = "\n    ".join(stderr_tail.strip().splitlines()[-12:])
+    text = f"{head} (exit {returncode})\n  command: {' '.join(argv)}"
+    if tail:
+        text += f"\n  stderr:\n    {tail}"
+    return f"{text}\n  hint: {hint}" if hint else text
 
 
 class BundleError(EdgekitError):
@@ -157,11 +163,8 @@ class RemoteCommandFailed(DeviceError):
         self.stderr_tail = stderr_tail
 
     def __str__(self) -> str:
-        tail = "\n    ".join(self.stderr_tail.strip().splitlines()[-12:])
-        text = f"{self.where}: {self.what} (exit {self.returncode})\n  command: {' '.join(self.argv)}"
-        if tail:
-            text += f"\n  stderr:\n    {tail}"
-        return f"{text}\n  hint: {self.hint}" if self.hint else text
+        return _command_failure(f"{self.where}: {self.what}", self.argv, self.returncode,
+                                self.stderr_tail, self.hint)
 
 
 EXIT_CODES: dict[str, int] = {

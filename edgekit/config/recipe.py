@@ -34,7 +34,8 @@ class ModelSource(Frozen):
         if len(given) != 1:
             raise ValueError("give exactly one of `python: module:factory` or `exported: file.pt2`")
         if self.python and ":" not in self.python:
-            raise ValueError("`python` must look like 'package.module:factory' or 'file.py:factory'")
+            raise ValueError("`python` must look like 'package.module:factory' or "
+                             "'file.py:factory'")
         return self
 
 

@@ -17,7 +17,8 @@ def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[s
         found.append(f"the bundle is {manifest.arch} code ({manifest.target}) and the device "
                      f"is {info.arch}")
     if profile.cpu is not None and manifest.arch == info.arch:
-        for feature in (f.lstrip("+") for f in profile.cpu.features.split(",") if f.startswith("+")):
+        wanted = [f.lstrip("+") for f in profile.cpu.features.split(",") if f.startswith("+")]
+        for feature in wanted:
             if info.has_cpu_feature(feature) is False:
                 found.append(f"the device's CPU lacks '{feature}', which {manifest.target} "
                              "code uses")

@@ -39,8 +39,9 @@ def rollback(conn: Connection, app: str, shims: str, to: str | None = None) -> t
     target = to or previous_release(activation_history(conn, app), current)
     if target is None or target not in names:
         choices = ", ".join(sorted(names - {current})) or "none"
-        raise ConfigError(f"no release to roll back to{f' ({target!r} is not on the device)' if target else ''}",
-                          key="to", hint=f"releases on the device besides current: {choices}")
+        missing = f" ({target!r} is not on the device)" if target else ""
+        raise ConfigError(f"no release to roll back to{missing}", key="to",
+                          hint=f"releases on the device besides current: {choices}")
     activate(conn, app, target, shims)
     journal_event(conn, app, "rollback", target)
     return current or "", target

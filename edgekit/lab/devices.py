@@ -89,7 +89,8 @@ def up(arch: str = "x86_64", count: int = 1,
     if os.geteuid() != 0:
         raise LabSetupError("the lab needs root (it starts sshd and creates device users)")
     if not Path("/usr/sbin/sshd").exists() and arch == "x86_64":
-        raise LabSetupError("OpenSSH server is not installed", hint="apt-get install openssh-server")
+        raise LabSetupError("OpenSSH server is not installed",
+                            hint="apt-get install openssh-server")
     _ensure_identity()
     chroot = str(ensure_rootfs(on_progress)) if arch == "aarch64" else ""
     if chroot:

@@ -32,7 +32,8 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
     max_rel = float(rel.max()) if rel.size else 0.0
     cosine = _cosine(a, e)
     if diff.size and np.any(diff > tol.atol + tol.rtol * np.abs(e[finite])):
-        problems.append(f"max abs error {max_abs:.3g} exceeds atol {tol.atol:g} + rtol {tol.rtol:g}")
+        problems.append(f"max abs error {max_abs:.3g} exceeds atol {tol.atol:g} + "
+                        f"rtol {tol.rtol:g}")
     if not cosine >= tol.min_cosine:  # also catches NaN
         problems.append(f"cosine {cosine:.6f} below {tol.min_cosine}")
     top1 = None
