@@ -6,11 +6,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from edgekit.config.paths import edgekit_home
-from edgekit.config.schema_base import Frozen
+from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
 from edgekit.errors import AuthFailed
 from edgekit.transport.address import DeviceAddress, parse_address
 
@@ -28,18 +27,11 @@ def registry_path() -> Path:
 
 
 def load_registry() -> dict[str, DeviceEntry]:
-    path = registry_path()
-    if not path.is_file():
-        return {}
-    return {name: DeviceEntry.model_validate(e) for name, e in json.loads(path.read_text()).items()}
+    return load_model_map(registry_path(), DeviceEntry)
 
 
 def save_registry(entries: dict[str, DeviceEntry]) -> None:
-    path = registry_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({n: e.model_dump() for n, e in sorted(entries.items())}, indent=2))
-    tmp.replace(path)
+    save_model_map(registry_path(), entries)
 
 
 def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddress, Path]:

@@ -10,7 +10,6 @@ devices by name, so `--host lab-aarch64-1` works.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ from typing import Literal
 
 from edgekit.config.devices import DeviceEntry, load_registry, save_registry
 from edgekit.config.paths import edgekit_home, known_hosts_path
-from edgekit.config.schema_base import Frozen
+from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
 from edgekit.lab.rootfs import LabSetupError, ensure_rootfs
 from edgekit.toolchain.runner import run_tool
 from edgekit.transport.address import parse_address
@@ -66,16 +65,11 @@ def _state_path() -> Path:
 
 
 def load_lab() -> dict[str, LabDevice]:
-    path = _state_path()
-    if not path.is_file():
-        return {}
-    return {n: LabDevice.model_validate(d) for n, d in json.loads(path.read_text()).items()}
+    return load_model_map(_state_path(), LabDevice)
 
 
 def _save_lab(devices: dict[str, LabDevice]) -> None:
-    lab_dir().mkdir(parents=True, exist_ok=True)
-    _state_path().write_text(json.dumps({n: d.model_dump() for n, d in devices.items()},
-                                        indent=2))
+    save_model_map(_state_path(), devices)
 
 
 def _lab_id() -> str:
