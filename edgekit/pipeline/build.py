@@ -21,7 +21,7 @@ from edgekit.pipeline.export import ExportedModel, export_model
 from edgekit.pipeline.load import LoadedModel, load_model
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, import_module,
                                     lower_and_compile)
-from edgekit.pipeline.package import package_bundle
+from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.versions import toolchain_versions
@@ -63,10 +63,12 @@ BACK: tuple[Stage[BuildContext], ...] = (
     Stage("import", ExportedModel, ImportedModule,
           lambda ctx, exported: import_module(exported, ctx.reproducer_dir)),
     Stage("lower+compile", ImportedModule, CompiledModule,
-          lambda ctx, imported: lower_and_compile(imported, ctx.recipe, ctx.target, ctx.workdir,
+          lambda ctx, imported: lower_and_compile(imported, ctx.target, ctx.recipe.lowering,
+                                                  ctx.recipe.compile.flags, ctx.workdir,
                                                   ctx.reproducer_dir)),
     Stage("package", CompiledModule, Bundle,
-          lambda ctx, compiled: package_bundle(compiled, ctx.recipe, ctx.target, ctx.bundle_dir)),
+          lambda ctx, compiled: package_bundle(compiled, BundleIdentity.of(ctx.recipe),
+                                               ctx.target, ctx.bundle_dir)),
 )
 check_plan(FRONT, Recipe, ExportedModel)
 check_plan(BACK, ExportedModel, Bundle)

@@ -41,17 +41,25 @@ def export_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
                                  hint="the model must be traceable by torch.export "
                                       "(no data-dependent Python control flow)") from None
         run = loaded.model
+    shapes = [_declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
+    return exported_with_golden(program, run, tuple(loaded.samples), loaded.input_names, shapes)
+
+
+def exported_with_golden(program: torch.export.ExportedProgram, run,
+                         samples: tuple[np.ndarray, ...], names: tuple[str, ...],
+                         shapes: list) -> ExportedModel:
+    """An ExportedModel whose golden outputs come from running `run` (the original model) on
+    the samples."""
+    args = tuple(torch.from_numpy(np.array(s)) for s in samples)
     with torch.no_grad():
         flat, _ = pytree.tree_flatten(run(*args))
     golden = tuple(t.detach().contiguous().numpy() for t in flat if isinstance(t, torch.Tensor))
-    inputs = tuple(
-        TensorSig(name=name, shape=_declared_shape(recipe, i, s), dtype=str(s.dtype))
-        for i, (name, s) in enumerate(zip(loaded.input_names, loaded.samples)))
+    inputs = tuple(TensorSig(name=name, shape=shape, dtype=str(s.dtype))
+                   for name, shape, s in zip(names, shapes, samples))
     outputs = tuple(TensorSig(name=f"output_{i}", shape=g.shape, dtype=str(g.dtype))
                     for i, g in enumerate(golden))
-    return ExportedModel(program=program, digest=program_digest(program),
-                         samples=tuple(loaded.samples), golden=golden,
-                         inputs=inputs, outputs=outputs)
+    return ExportedModel(program=program, digest=program_digest(program), samples=samples,
+                         golden=golden, inputs=inputs, outputs=outputs)
 
 
 def program_digest(program: torch.export.ExportedProgram) -> str:

@@ -11,7 +11,6 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.config.recipe import Recipe
 from edgekit.config.target import Target
 from edgekit.errors import LoweringError
 from edgekit.models.bundle import LoweringAttempt, LoweringRecord
@@ -50,10 +49,13 @@ def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModu
             hint="rewrite or decompose the op in the model before export") from None
 
 
-def lower_and_compile(imported: ImportedModule, recipe: Recipe, target: Target,
-                      workdir: Path, reproducer_dir: Path) -> CompiledModule:
+def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
+                      extra_flags: tuple[str, ...], workdir: Path,
+                      reproducer_dir: Path) -> CompiledModule:
+    """Lower and compile with the requested lowering ('auto': the profile's order, falling
+    back on failure); `extra_flags` come after the profile's flags."""
     attempts: list[LoweringAttempt] = []
-    for lowering in lowering_order(recipe.lowering, target):
+    for lowering in lowering_order(requested, target):
         try:
             lowered = torch_mlir.lower(imported.torch_bytecode, lowering)
         except torch_mlir.LowerFailure as failure:
@@ -66,7 +68,7 @@ def lower_and_compile(imported: ImportedModule, recipe: Recipe, target: Target,
         source = workdir / f"{lowering}.mlirbc"
         source.write_bytes(lowered)
         output = workdir / f"{lowering}.vmfb"
-        flags = iree.compile_flags(target, lowering, recipe.compile.flags)
+        flags = iree.compile_flags(target, lowering, extra_flags)
         try:
             iree.compile_module(source, output, flags)
         except iree.CompileFailure as failure:
@@ -76,7 +78,7 @@ def lower_and_compile(imported: ImportedModule, recipe: Recipe, target: Target,
                                          "-o", "module.vmfb"]))
             continue
         attempts.append(LoweringAttempt(lowering=lowering, ok=True))
-        record = LoweringRecord(requested=recipe.lowering, used=lowering, attempts=tuple(attempts))
+        record = LoweringRecord(requested=requested, used=lowering, attempts=tuple(attempts))
         return CompiledModule(imported.exported, output, flags, record)
     raise _all_failed(attempts, reproducer_dir)
 

@@ -4,18 +4,36 @@ from __future__ import annotations
 
 import datetime
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edgekit.config.recipe import Recipe
+from edgekit.config.recipe import Recipe, Validation
 from edgekit.config.target import Target
 from edgekit.models.bundle import MODULE, Bundle, Manifest, sha256_file, write_manifest
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
 
 
-def package_bundle(compiled: CompiledModule, recipe: Recipe, target: Target,
+@dataclass(frozen=True)
+class BundleIdentity:
+    """What names a bundle and how strictly it is validated (from a recipe, or from a
+    torch.compile graph)."""
+
+    app: str
+    model_source: str
+    recipe_digest: str
+    tolerances: Validation
+
+    @classmethod
+    def of(cls, recipe: Recipe) -> "BundleIdentity":
+        source = recipe.model.python or recipe.model.exported or ""
+        return cls(app=recipe.name, model_source=source, recipe_digest=sha256_file(recipe.path),
+                   tolerances=recipe.validation)
+
+
+def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: Target,
                    directory: Path) -> Bundle:
     directory.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(compiled.vmfb, directory / MODULE)
@@ -28,11 +46,11 @@ def package_bundle(compiled: CompiledModule, recipe: Recipe, target: Target,
         np.save(directory / rel, array, allow_pickle=False)
     files = {rel: sha256_file(directory / rel) for rel in [MODULE, *inputs, *outputs]}
     manifest = Manifest(
-        app=recipe.name,
+        app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        model_source=recipe.model.python or recipe.model.exported or "",
+        model_source=identity.model_source,
         model_digest=exported.digest,
-        recipe_digest=sha256_file(recipe.path),
+        recipe_digest=identity.recipe_digest,
         target=target.name,
         target_profile=target.model_dump(mode="json", exclude={"source"}),
         backend=target.backend,
@@ -44,7 +62,7 @@ def package_bundle(compiled: CompiledModule, recipe: Recipe, target: Target,
         outputs=exported.outputs,
         golden_inputs=tuple(inputs),
         golden_outputs=tuple(outputs),
-        tolerances=recipe.validation,
+        tolerances=identity.tolerances,
         lowering=compiled.lowering,
         toolchain=toolchain_versions(),
         files=files,
