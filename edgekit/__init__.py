@@ -8,7 +8,7 @@ Every CLI command is a Python function here::
 """
 
 from edgekit.config.recipe import Recipe, load_recipe
-from edgekit.config.target import Target, available_targets, load_target
+from edgekit.config.profiles import Target, available_targets, load_target
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle, load_bundle
 from edgekit.pipeline.build import BuildOptions, BuildResult, build

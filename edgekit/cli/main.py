@@ -118,7 +118,7 @@ def targets_list(as_json: bool) -> None:
     """Every profile found (EDGEKIT_TARGETS_PATH, ./targets, built-in)."""
     from rich.table import Table
 
-    from edgekit.config.target import available_targets, load_target
+    from edgekit.config.profiles import available_targets, load_target
     rows = [load_target(str(path)) for path in available_targets().values()]
     if as_json:
         render.emit_json([t.model_dump(mode="json") for t in rows])
@@ -138,7 +138,7 @@ def targets_list(as_json: bool) -> None:
 @handle_errors
 def targets_show(name: str, as_json: bool) -> None:
     """A profile after `extends:`, with the iree-compile flags it implies."""
-    from edgekit.config.target import load_target
+    from edgekit.config.profiles import load_target
     from edgekit.toolchain.iree import target_flags
     target = load_target(name)
     data = {**target.model_dump(mode="json"), "iree_compile_flags": list(target_flags(target))}
@@ -228,7 +228,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
     from edgekit.device.provision import provision as run_provision
     from edgekit.transport.ssh import connect
     if target:
-        from edgekit.config.target import load_target
+        from edgekit.config.profiles import load_target
         load_target(target)
     address, key = resolve_device(host, identity)
     with connect(address, key) as conn:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgekit.config.target import Target, available_targets, load_target
+from edgekit.config.profiles import Target, available_targets, load_target
 from edgekit.device.probe import DeviceInfo
 from edgekit.models.bundle import Manifest
 

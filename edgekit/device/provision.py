@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.config.paths import cache_root
-from edgekit.config.target import host_arch
+from edgekit.config.profiles import host_arch
 from edgekit.device import layout
 from edgekit.device.probe import SHIMS, DeviceInfo
 from edgekit.errors import DeviceIncompatible

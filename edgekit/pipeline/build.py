@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.config.recipe import Recipe, load_recipe
-from edgekit.config.target import Target, load_target
+from edgekit.config.profiles import Target, load_target
 from edgekit.models.bundle import Bundle, load_bundle, sha256_file, write_tar
 from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.export import ExportedModel, export_model

@@ -63,9 +63,10 @@ def exported_with_golden(program: torch.export.ExportedProgram, run,
 
 
 def program_digest(program: torch.export.ExportedProgram) -> str:
-    """Identity of an exported model: its graph code, signature and every weight's bytes."""
+    """Identity of an exported model: its graph with every node's shape and dtype (the same
+    code at another input shape is another model), signature and every weight's bytes."""
     h = hashlib.sha256()
-    h.update(program.graph_module.code.encode())
+    h.update(program.graph_module.print_readable(print_output=False).encode())
     h.update(str(program.graph_signature).encode())
     for name, tensor in sorted({**program.state_dict, **program.constants}.items()):
         if isinstance(tensor, torch.Tensor):

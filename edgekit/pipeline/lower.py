@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.config.target import Target
+from edgekit.config.profiles import Target
 from edgekit.errors import LoweringError
 from edgekit.models.bundle import LoweringAttempt, LoweringRecord
 from edgekit.pipeline.export import ExportedModel

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.config.recipe import Recipe, Validation
-from edgekit.config.target import Target
+from edgekit.config.profiles import Target
 from edgekit.models.bundle import MODULE, Bundle, Manifest, sha256_file, write_manifest
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions

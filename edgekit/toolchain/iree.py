@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from edgekit.config.target import Target
+from edgekit.config.profiles import Target
 from edgekit.errors import ToolError
 from edgekit.toolchain.runner import run_tool
 
@@ -85,10 +85,11 @@ def failing_ops(diagnostics: str) -> tuple[str, ...]:
     return tuple(ops)
 
 
-def run_module_argv(module: Path, driver: str, function: str, inputs: list[Path],
-                    outputs: list[Path]) -> list[str]:
-    """iree-run-module command line that reads .npy inputs and writes .npy outputs."""
-    argv = [tool_path("iree-run-module"), f"--module={module}", f"--device={driver}",
+def run_module_argv(module: Path | str, driver: str, function: str, inputs: list,
+                    outputs: list, tool: str | None = None) -> list[str]:
+    """iree-run-module command line that reads .npy inputs and writes .npy outputs (`tool`:
+    the binary to use, e.g. a device's; default: this machine's)."""
+    argv = [tool or tool_path("iree-run-module"), f"--module={module}", f"--device={driver}",
             f"--function={function}"]
     argv += [f"--input=@{p}" for p in inputs]
     argv += [f"--output=@{p}" for p in outputs]

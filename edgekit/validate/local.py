@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.config.target import host_arch
+from edgekit.config.profiles import host_arch
 from edgekit.errors import CannotRunHere, ToolError
 from edgekit.models.bundle import Bundle, load_bundle
 from edgekit.models.report import ValidationReport

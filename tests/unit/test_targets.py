@@ -1,6 +1,6 @@
 import pytest
 
-from edgekit.config.target import available_targets, host_arch, load_target
+from edgekit.config.profiles import available_targets, host_arch, load_target
 from edgekit.errors import ConfigError
 from edgekit.toolchain.iree import compile_flags, target_flags
 

@@ -1,0 +1,169 @@
+"""The `edgekit` dynamo backend (registered through the `torch_dynamo_backends` entry point).
+
+Each captured FX graph becomes a CompiledGraph. It compiles one *variant* per concrete input
+signature: dynamo marks a dimension dynamic after it has seen two sizes and then passes SymInt
+arguments; we specialize each size seen (IREE modules here are static-shaped), so recompiling on
+new shapes works as users expect. A variant goes through the same stages as `edgekit build`
+(torch.export → torch-mlir → IREE → bundle with golden outputs from eager) and the same
+content-addressed cache, then runs through a generated Python wrapper (see inspect.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from edgekit.compile.runners import Runner, make_runner
+from edgekit.compile.settings import CompileSettings, resolve_settings
+from edgekit.config.recipe import Validation
+from edgekit.config.profiles import Target, load_target
+from edgekit.models.bundle import Bundle, load_bundle
+from edgekit.pipeline.cache import BuildCache, cache_key
+from edgekit.pipeline.export import exported_with_golden
+from edgekit.pipeline.lower import import_module, lower_and_compile
+from edgekit.pipeline.package import BundleIdentity, package_bundle
+from edgekit.toolchain.versions import toolchain_versions
+
+_GRAPH_COUNTER = itertools.count()
+# Graph modules dynamo captures compute in float32 unless told otherwise; compiled kernels may
+# reassociate, so a graph is accepted on the device a little more loosely than a recipe's default.
+GRAPH_TOLERANCE = Validation(atol=1e-4, rtol=1e-3, min_cosine=0.999)
+
+
+def edgekit_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+    """Dynamo backend entry: returns a callable that runs the graph through IREE."""
+    settings = resolve_settings(options)
+    target = load_target(settings.target)
+    graph = CompiledGraph(next(_GRAPH_COUNTER), gm, settings, target)
+    if all(isinstance(a, torch.Tensor) and not _symbolic(a) for a in example_inputs):
+        graph.variant_for(list(example_inputs))  # compile now, as users expect from a backend
+    return graph
+
+
+def _signature(arg) -> tuple:
+    if isinstance(arg, torch.nn.Parameter):
+        return ("parameter", id(arg), arg._version, tuple(arg.shape), str(arg.dtype))
+    if isinstance(arg, torch.Tensor):
+        return (tuple(arg.shape), str(arg.dtype))
+    return ("value", int(arg) if isinstance(arg, torch.SymInt) else arg)
+
+
+def _symbolic(t: torch.Tensor) -> bool:
+    return any(isinstance(d, torch.SymInt) for d in t.shape)
+
+
+def _is_fixed(arg) -> bool:
+    """Scalars and parameters are baked into a variant; other tensors are its inputs."""
+    return not isinstance(arg, torch.Tensor) or isinstance(arg, torch.nn.Parameter)
+
+
+class _Specialized(torch.nn.Module):
+    """The graph with its scalar arguments and parameters fixed to those of one call.
+
+    Dynamo passes a module's parameters as graph inputs; baking them into the module (instead of
+    copying every weight on every call, to a remote device too) is safe because a variant's
+    signature includes each parameter's identity and version counter, which in-place updates
+    (an optimizer step, load_state_dict) bump: a changed weight gets a new variant."""
+
+    def __init__(self, gm: torch.fx.GraphModule, args: list):
+        super().__init__()
+        self.gm = gm
+        self.scalars = {i: a for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
+        self.params = [i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)]
+        for i in self.params:  # buffers, so that torch.export sees them as the model's state
+            self.register_buffer(f"param_{i}", args[i].detach())
+        self.arity = len(args)
+
+    def forward(self, *tensors):
+        it = iter(tensors)
+        return self.gm(*[self.scalars[i] if i in self.scalars else
+                         getattr(self, f"param_{i}") if i in self.params else next(it)
+                         for i in range(self.arity)])
+
+
+@dataclass
+class Variant:
+    signature: tuple
+    tensor_positions: tuple[int, ...]
+    bundle: Bundle
+    program: torch.export.ExportedProgram
+    out_spec: pytree.TreeSpec
+    runner: Runner
+    wrapper_source: str
+    call: object  # the function the wrapper source defines
+
+
+class CompiledGraph:
+    def __init__(self, index: int, gm: torch.fx.GraphModule, settings: CompileSettings,
+                 target: Target):
+        self.index = index
+        self.gm = gm
+        self.settings = settings
+        self.target = target
+        self.variants: dict[tuple, Variant] = {}
+
+    def __call__(self, *args):
+        variant = self.variant_for(list(args))
+        from edgekit.compile.inspect import record_use
+        record_use(self, variant)
+        return variant.call(args)
+
+    def variant_for(self, args: list) -> Variant:
+        signature = tuple(_signature(a) for a in args)
+        if signature not in self.variants:
+            self.variants[signature] = self._compile(signature, args)
+        return self.variants[signature]
+
+    def _compile(self, signature: tuple, args: list) -> Variant:
+        concrete = [int(a) if isinstance(a, torch.SymInt) else a for a in args]
+        module = _Specialized(self.gm, concrete)
+        positions = tuple(i for i, a in enumerate(concrete) if not _is_fixed(a))
+        tensors = tuple(concrete[i].detach() for i in positions)
+        program = torch.export.export(module, tensors)
+        samples = tuple(t.contiguous().cpu().numpy() for t in tensors)
+        names = tuple(f"arg{i}" for i in positions)
+        exported = exported_with_golden(program, module, samples, names,
+                                        [s.shape for s in samples])
+        bundle = self._bundle(exported)
+        runner = make_runner(bundle, self.index, self.settings.device, self.settings.identity)
+        from edgekit.compile.inspect import wrapper_source
+        source = wrapper_source(self, signature, positions, bundle, runner)
+        scope = {"runner": runner, "out_spec": program.call_spec.out_spec}
+        exec(compile(source, f"<edgekit graph {self.index}>", "exec"), scope)  # our own code
+        return Variant(signature, positions, bundle, program, program.call_spec.out_spec,
+                       runner, source, scope["call"])
+
+    def _bundle(self, exported) -> Bundle:
+        """Build (or take from the cache) the bundle for one variant."""
+        s = self.settings
+        key = cache_key({"graph": exported.digest, "target": self.target.model_dump(
+            mode="json", exclude={"source"}), "lowering": s.lowering, "flags": list(s.flags),
+            "toolchain": toolchain_versions(), "kind": "torch.compile graph"})
+        cache = BuildCache()
+        entry = cache.lookup(key)
+        if entry is None:
+            workdir = Path(tempfile.mkdtemp(prefix="edgekit-graph-"))
+            try:
+                repro = workdir / "reproducer"
+                imported = import_module(exported, repro)
+                compiled = lower_and_compile(imported, self.target, s.lowering, s.flags,
+                                             workdir, repro)
+                identity = BundleIdentity(app=f"graph-{key[:12]}",
+                                          model_source=f"torch.compile graph {self.index}",
+                                          recipe_digest="", tolerances=GRAPH_TOLERANCE)
+                bundle = package_bundle(compiled, identity, self.target, workdir / "bundle")
+                entry = cache.store(key, bundle.path)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return load_bundle(entry)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().cpu().numpy()

@@ -1,0 +1,188 @@
+"""Where a compiled graph runs: in this process (IREE's Python runtime), through the
+iree-run-module tool here (Vulkan: the Python runtime cannot read results back from software
+Vulkan, facts.md), or on a remote device over the deploy machinery. Each keeps call statistics.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.config.devices import resolve_device
+from edgekit.device import layout
+from edgekit.device.deploy import DeployResult, deploy_bundle
+from edgekit.models.bundle import Bundle
+from edgekit.toolchain import iree
+from edgekit.transport.ssh import Connection, connect
+
+log = logging.getLogger("edgekit.compile")
+
+
+@dataclass
+class CallStats:
+    graph: int
+    where: str
+    calls: int = 0
+    total_s: float = 0.0
+    last_s: float = 0.0
+
+    def record(self, seconds: float) -> None:
+        self.calls += 1
+        self.total_s += seconds
+        self.last_s = seconds
+        log.info("graph %d on %s: %.2f ms", self.graph, self.where, seconds * 1e3)
+
+    def as_dict(self) -> dict:
+        mean = self.total_s / self.calls if self.calls else 0.0
+        return {"graph": self.graph, "where": self.where, "calls": self.calls,
+                "mean_ms": round(mean * 1e3, 3), "last_ms": round(self.last_s * 1e3, 3)}
+
+
+_ALL_STATS: list[CallStats] = []
+_IN_PROCESS: list["InProcessRunner"] = []
+
+
+def call_stats() -> list[dict]:
+    """Per compiled graph variant: where it runs, how often it ran, mean and last latency."""
+    return [s.as_dict() for s in _ALL_STATS]
+
+
+@dataclass
+class Runner:
+    """Runs one compiled module: numpy arrays in, numpy arrays out, timed."""
+
+    stats: CallStats
+    description: str = field(default="")
+
+    def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        started = time.perf_counter()
+        outputs = self._run(arrays)
+        self.stats.record(time.perf_counter() - started)
+        return outputs
+
+    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+class InProcessRunner(Runner):
+    def __init__(self, bundle: Bundle, stats: CallStats):
+        import iree.runtime as rt
+        m = bundle.manifest
+        super().__init__(stats, f"iree.runtime in this process, driver {m.runtime_driver}")
+        config = rt.Config(m.runtime_driver)
+        self._context = rt.SystemContext(config=config)
+        self._context.add_vm_module(rt.VmModule.mmap(config.vm_instance, str(bundle.module)))
+        self._function = self._context.modules.module[m.entry_function]
+        _IN_PROCESS.append(self)
+
+    def release(self) -> None:
+        self._function = self._context = None
+
+    def _run(self, arrays):
+        result = self._function(*arrays)
+        outputs = result if isinstance(result, (tuple, list)) else (result,)
+        return [np.array(o.to_host()) for o in outputs]
+
+
+class ToolRunner(Runner):
+    def __init__(self, bundle: Bundle, stats: CallStats):
+        super().__init__(stats, f"iree-run-module here, driver {bundle.manifest.runtime_driver}")
+        self._bundle = bundle
+
+    def _run(self, arrays):
+        m = self._bundle.manifest
+        with tempfile.TemporaryDirectory(prefix="edgekit-call-") as tmp:
+            inputs = [Path(tmp) / f"input_{i}.npy" for i in range(len(arrays))]
+            outputs = [Path(tmp) / f"output_{i}.npy" for i in range(len(m.outputs))]
+            for path, array in zip(inputs, arrays):
+                np.save(path, array, allow_pickle=False)
+            iree.run_module(self._bundle.module, m.runtime_driver, m.entry_function, inputs,
+                            outputs)
+            return [np.load(p, allow_pickle=False) for p in outputs]
+
+
+_CONNECTIONS: dict[str, Connection] = {}
+
+
+def _connection(host: str, identity: str | None) -> Connection:
+    if host not in _CONNECTIONS:
+        address, key = resolve_device(host, Path(identity) if identity else None)
+        _CONNECTIONS[host] = connect(address, key)
+    return _CONNECTIONS[host]
+
+
+@atexit.register
+def _release_everything() -> None:
+    """Close device connections and drop IREE runtime objects before the interpreter tears
+    down (else nanobind reports them as leaked)."""
+    for conn in _CONNECTIONS.values():
+        conn.close()
+    _CONNECTIONS.clear()
+    for runner in _IN_PROCESS:
+        runner.release()
+    _IN_PROCESS.clear()
+
+
+class RemoteRunner(Runner):
+    """Deploys the graph's bundle to the device (validated there against eager outputs), then
+    per call ships inputs over SFTP, runs iree-run-module on the device, fetches outputs."""
+
+    def __init__(self, bundle: Bundle, host: str, identity: str | None, stats: CallStats):
+        self._conn = _connection(host, identity)
+        self.deployed: DeployResult = deploy_bundle(self._conn, bundle)
+        super().__init__(stats, f"iree-run-module on {self._conn.address}")
+        m = bundle.manifest
+        self._manifest = m
+        self._release = layout.release_dir(m.app, self.deployed.release)
+        self._tool = f"{layout.runtime_dir(m.compiler_version, self._arch())}/bin/iree-run-module"
+
+    def _arch(self) -> str:
+        return self._conn.run(["uname", "-m"]).text.strip()
+
+    def _run(self, arrays):
+        m = self._manifest
+        call_dir = f"{layout.app_dir(m.app)}/.call-{secrets.token_hex(4)}"
+        self._conn.mkdirs(call_dir)
+        try:
+            with tempfile.TemporaryDirectory(prefix="edgekit-call-") as tmp:
+                inputs = []
+                for i, array in enumerate(arrays):
+                    local = Path(tmp) / f"input_{i}.npy"
+                    np.save(local, array, allow_pickle=False)
+                    self._conn.put(local, f"{call_dir}/input_{i}.npy")
+                    inputs.append(f"{call_dir}/input_{i}.npy")
+                outputs = [f"{call_dir}/output_{i}.npy" for i in range(len(m.outputs))]
+                self._conn.run(iree.run_module_argv(
+                    f"{self._release}/module.vmfb", m.runtime_driver, m.entry_function, inputs,
+                    outputs, tool=self._tool), what="running the graph on the device")
+                results = []
+                for i, remote in enumerate(outputs):
+                    local = Path(tmp) / f"output_{i}.npy"
+                    self._conn.get(remote, local)
+                    results.append(np.load(local, allow_pickle=False))
+                return results
+        finally:
+            self._conn.run(["rm", "-rf", "--", call_dir], check=False)
+
+
+def make_runner(bundle: Bundle, graph: int, device: str | None, identity: str | None) -> Runner:
+    from edgekit.config.profiles import host_arch
+    m = bundle.manifest
+    if device:
+        stats = CallStats(graph, device)
+        runner: Runner = RemoteRunner(bundle, device, identity, stats)
+    elif m.backend == "llvm-cpu" and m.arch == host_arch():
+        stats = CallStats(graph, "host")
+        runner = InProcessRunner(bundle, stats)
+    else:
+        stats = CallStats(graph, "host (iree-run-module)")
+        runner = ToolRunner(bundle, stats)
+    _ALL_STATS.append(stats)
+    return runner
