@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything edgekit and its tests need on a fresh Debian machine (run as root):
 # software Vulkan (Mesa llvmpipe) for GPU profiles, OpenSSH for lab devices, qemu user
-# emulation + debootstrap for aarch64 lab devices, the pinned Python toolchain, and edgekit
+# emulation + debootstrap for aarch64 lab devices, Chromium (the tests open the HTML
+# benchmark report in it), the pinned Python toolchain, and edgekit
 # itself in editable mode. Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
-              qemu-user-static binfmt-support debootstrap)
+              qemu-user-static binfmt-support debootstrap chromium)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench.sh RUNTIME_DIR RELEASE_DIR [EXTRA_FLAG...]: iree-benchmark-module on the release's
-# golden inputs, JSON on stdout. Extra flags (e.g. --benchmark_repetitions=10) pass through.
+# golden inputs, its JSON on stdout. Extra flags (e.g. --benchmark_repetitions=10) pass through.
+# The last stderr line is "edgekit-peak-rss-kb=N": the benchmark process's peak resident memory.
 set -eu
 runtime=$1
 release=$2
@@ -11,5 +12,16 @@ for input in $INPUTS; do
   inputs="$inputs --input=@$release/$input"
 done
 # shellcheck disable=SC2086 # $inputs holds one flag per validated relative path
-exec "$runtime/bin/iree-benchmark-module" "--module=$release/module.vmfb" "--device=$DRIVER" \
-  "--function=$FUNCTION" $inputs --benchmark_format=json "$@"
+"$runtime/bin/iree-benchmark-module" "--module=$release/module.vmfb" "--device=$DRIVER" \
+  "--function=$FUNCTION" $inputs --benchmark_format=json "$@" &
+pid=$!
+peak=0
+while kill -0 "$pid" 2>/dev/null; do
+  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+  [ -n "$hwm" ] && peak=$hwm
+  sleep 0.05
+done
+status=0
+wait "$pid" || status=$?
+echo "edgekit-peak-rss-kb=$peak" >&2
+exit "$status"

@@ -3,7 +3,7 @@
 Exit codes (decided here only, from the error's class — see edgekit.errors):
 0 ok · 1 other edgekit error · 2 bad recipe/profile/option · 3 model load/export ·
 4 lowering/compile · 5 external tool · 6 bad bundle · 7 cannot run here · 8 validation failed ·
-10 device unreachable · 11 auth refused · 12 host key unknown · 13 host key changed ·
+9 benchmark regression · 10 device unreachable · 11 auth refused · 12 host key unknown · 13 host key changed ·
 14 device cannot run the bundle · 15 remote command failed · 20 lab setup
 """
 
@@ -390,6 +390,139 @@ def lab_down() -> None:
     from edgekit.lab import devices as lab_devices
     stopped = lab_devices.down()
     render.out.print(f"stopped {len(stopped)} lab device(s)")
+
+
+class DefaultCommandGroup(click.Group):
+    """`edgekit bench HOST …` runs the default subcommand; `edgekit bench compare` others."""
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().resolve_command(ctx, args)
+
+
+@cli.group(cls=DefaultCommandGroup)
+def bench() -> None:
+    """Benchmark deployed models on devices; compare and report (`bench HOST … --app A`)."""
+
+
+@bench.command("run")
+@click.argument("hosts", nargs=-1)
+@click.option("--lab", "all_lab", is_flag=True, help="every running lab device")
+@click.option("--app", help="bench the app's current release")
+@click.option("--bundle", type=click.Path(path_type=Path), help="deploy this bundle, bench it")
+@click.option("--threads", default="1", show_default=True, help="comma-separated, e.g. 1,2,4")
+@click.option("--repetitions", default=50, show_default=True, help="measured calls")
+@click.option("--warmup", default=5, show_default=True, help="calls dropped first")
+@IDENTITY
+@click.option("--html", type=click.Path(path_type=Path), help="write an HTML report here")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Path | None,
+              threads: str, repetitions: int, warmup: int, identity: Path | None,
+              html: Path | None, as_json: bool) -> None:
+    """Run iree-benchmark-module on one or more devices; results go to the history."""
+    from edgekit.device.bench import BenchOptions, run_bench
+    from edgekit.errors import ConfigError
+    if all_lab:
+        from edgekit.lab.devices import status
+        hosts = hosts + tuple(d["name"] for d in status() if d["running"])
+    if not hosts:
+        raise ConfigError("name at least one device (or --lab)", key="hosts")
+    try:
+        thread_counts = tuple(int(t) for t in threads.split(","))
+    except ValueError:
+        raise ConfigError(f"--threads must be numbers separated by commas (got {threads!r})",
+                          key="threads") from None
+    options = BenchOptions(hosts=hosts, app=app, bundle=bundle, threads=thread_counts,
+                           repetitions=repetitions, warmup=warmup, identity=identity)
+    if as_json:
+        results = run_bench(options)
+    else:
+        results = render.with_progress(lambda progress: run_bench(options, progress))
+    comparisons = _comparisons_for(results)
+    if html:
+        _write_html(html, results, comparisons)
+    if as_json:
+        render.emit_json({"results": [r.model_dump(mode="json") for r in results],
+                          "comparisons": [c.model_dump(mode="json") for c in comparisons]})
+        return
+    render.bench_table(results)
+    render.comparison_table(comparisons)
+    if html:
+        render.out.print(f"report: {html}")
+
+
+def _comparisons_for(results):
+    from edgekit.device.history import compare, load_history, previous_release_result
+    history = load_history()
+    found = []
+    for r in results:
+        base = previous_release_result(r, history)
+        if base is not None:
+            found.append(compare(base, r))
+    return found
+
+
+def _write_html(path: Path, results, comparisons) -> None:
+    import datetime
+
+    from edgekit.device.history import load_history
+    from edgekit.report.bench_html import render_report
+    apps = {(r.device, r.app) for r in results}
+    history = [h for h in load_history() if (h.device, h.app) in apps]
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    path.write_text(render_report(results, comparisons, history, now))
+
+
+@bench.command("compare")
+@click.argument("ids", nargs=-1)
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def bench_compare(ids: tuple[str, ...], as_json: bool) -> None:
+    """Two result ids (base, new), or none: each series' newest result against its previous
+    release. A regression is flagged only beyond the measured noise."""
+    from edgekit.device.history import compare, compare_latest, get
+    from edgekit.errors import ConfigError
+    if len(ids) == 2:
+        comparisons = [compare(get(ids[0]), get(ids[1]))]
+    elif not ids:
+        comparisons = compare_latest()
+    else:
+        raise ConfigError("give two result ids (base new) or none", key="ids")
+    if as_json:
+        render.emit_json([c.model_dump(mode="json") for c in comparisons])
+    else:
+        render.comparison_table(comparisons)
+    if any(c.regression for c in comparisons):
+        sys.exit(9)
+
+
+@bench.command("history")
+@click.option("--app", help="only this app")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def bench_history(app: str | None, as_json: bool) -> None:
+    """Stored results, oldest first."""
+    from edgekit.device.history import load_history
+    results = [r for r in load_history() if app is None or r.app == app]
+    if as_json:
+        render.emit_json([r.model_dump(mode="json") for r in results])
+    else:
+        render.bench_table(results, with_ids=True)
+
+
+@bench.command("report")
+@click.option("--app", help="only this app")
+@click.option("--html", type=click.Path(path_type=Path), required=True)
+@handle_errors
+def bench_report(app: str | None, html: Path) -> None:
+    """HTML report of the stored history (distribution, thread scaling, releases)."""
+    from edgekit.device.history import compare_latest, load_history
+    results = [r for r in load_history() if app is None or r.app == app]
+    comparisons = [c for c in compare_latest() if app is None or c.app == app]
+    _write_html(html, results, comparisons)
+    render.out.print(f"report: {html} ({len(results)} results)")
 
 
 def main() -> None:

@@ -98,3 +98,61 @@ def probe_table(device: str, info) -> None:
     for key, value in rows:
         table.add_row(key, value)
     out.print(table)
+
+
+def with_progress(work):
+    """Run work(progress) with a progress bar; progress(description, done, total)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+                  "{task.total}"), TimeElapsedColumn(), console=err) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def progress(description: str, done: int, total: int) -> None:
+            bar.update(task, description=description, completed=done, total=total)
+        return work(progress)
+
+
+def bench_table(results, with_ids: bool = False) -> None:
+    """Side by side: one row per app × threads, one column group per device."""
+    devices = list(dict.fromkeys(r.device for r in results))
+    rows = list(dict.fromkeys((r.app, r.config.get("threads")) for r in results))
+    table = Table(title="p50 / p90 / p99 ms per call (calls/s, peak RSS)")
+    table.add_column("app")
+    table.add_column("threads", justify="right")
+    for device in devices:
+        table.add_column(device, justify="right")
+    latest = {(r.device, r.app, r.config.get("threads")): r for r in results}
+    for app, threads in rows:
+        cells = []
+        for device in devices:
+            r = latest.get((device, app, threads))
+            if r is None:
+                cells.append("-")
+                continue
+            mark = "" if r.reliable else " [red]unreliable[/]"
+            ident = f"\n{r.id}" if with_ids else ""
+            cells.append(f"{r.latency.p50_ms:.3f} / {r.latency.p90_ms:.3f} / "
+                         f"{r.latency.p99_ms:.3f}\n({r.latency.throughput_per_s:.0f}/s, "
+                         f"{r.peak_rss_kb / 1024:.0f} MiB){mark}{ident}")
+        table.add_row(app, str(threads), *cells)
+    out.print(table)
+    for r in results:
+        if not r.reliable:
+            out.print(f"[yellow]{r.device} {r.app} {r.config.get('threads')}t unreliable:[/] "
+                      + "; ".join(r.unreliable_reasons))
+
+
+def comparison_table(comparisons) -> None:
+    if not comparisons:
+        return
+    table = Table(title="against the previous release")
+    for col in ("device", "app", "threads", "release", "p50 ms", "change", "noise", "verdict"):
+        table.add_column(col)
+    for c in comparisons:
+        verdict = ("[red]REGRESSION[/]" if c.regression else
+                   "[green]improvement[/]" if c.improvement else "within noise")
+        table.add_row(c.device, c.app, str(c.config.get("threads")),
+                      f"{c.base_release[:8]} → {c.new_release[:8]}",
+                      f"{c.base_p50_ms:.3f} → {c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
+                      f"±{c.noise_pct:.1f}%", verdict)
+    out.print(table)

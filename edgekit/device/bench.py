@@ -1,0 +1,204 @@
+"""`edgekit bench`: iree-benchmark-module on the device (bench shim), one call per repetition
+so the samples are per-call latencies, with the device's conditions before and after.
+
+Statistics are computed here with numpy; a run under heavy load, throttling, heat or with a
+spread too wide to trust is kept but marked unreliable, with the reason.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.config.devices import resolve_device
+from edgekit.device import layout
+from edgekit.device.deploy import deploy_bundle
+from edgekit.device.probe import SHIMS, probe
+from edgekit.device.provision import needs_provisioning, provision, shim_version
+from edgekit.device.releases import current_release
+from edgekit.errors import ConfigError, RemoteCommandFailed
+from edgekit.models.bench import BenchResult, Conditions, LatencyStats
+from edgekit.models.bundle import load_bundle
+from edgekit.toolchain.versions import package_version
+from edgekit.transport.address import safe_name
+from edgekit.transport.ssh import Connection, connect
+
+BUSY_PCT = 30.0               # CPU busy share right before a run above which timings are suspect
+HOT_C = 80.0
+NOISY_CV = 0.15                # stddev / mean of per-call latency
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    hosts: tuple[str, ...]
+    app: str | None = None
+    bundle: Path | None = None      # deploy this bundle first, then bench it
+    threads: tuple[int, ...] = (1,)
+    repetitions: int = 50
+    warmup: int = 5
+    identity: Path | None = None
+
+
+def run_bench(options: BenchOptions,
+              on_progress: Callable[[str, int, int], None] | None = None) -> list[BenchResult]:
+    """Bench every host × thread count; results are also stored in the local history."""
+    if (options.app is None) == (options.bundle is None):
+        raise ConfigError("give exactly one of --app or --bundle", key="app")
+    if options.repetitions < 2 or options.warmup < 0 or not options.threads \
+            or min(options.threads) < 1:
+        raise ConfigError("repetitions must be >= 2, warmup >= 0, threads >= 1", key="bench")
+    bundle = load_bundle(options.bundle) if options.bundle else None
+    app = safe_name(bundle.manifest.app if bundle else options.app, "app")
+    total = len(options.hosts) * len(options.threads)
+    done = 0
+    results: list[BenchResult] = []
+    from edgekit.device.history import store
+    for host in options.hosts:
+        address, key = resolve_device(host, options.identity)
+        with connect(address, key) as conn:
+            info = probe(conn)
+            if needs_provisioning(info):
+                provision(conn, info)
+            release = deploy_bundle(conn, bundle).release if bundle else current_release(conn, app)
+            if release is None:
+                raise ConfigError(f"app {app!r} has no current release on {address}", key="app",
+                                  hint="deploy it first, or pass --bundle")
+            manifest = _remote_manifest(conn, app, release)
+            for threads in _thread_configs(options.threads, manifest["runtime_driver"]):
+                if on_progress:
+                    on_progress(f"{address}: {threads} thread(s)", done, total)
+                result = bench_release(conn, info.arch, app, release, manifest, threads,
+                                       options.repetitions, options.warmup)
+                store(result)
+                results.append(result)
+                done += 1
+    if on_progress:
+        on_progress("done", total, total)
+    return results
+
+
+def _thread_configs(threads: tuple[int, ...], driver: str) -> tuple[int, ...]:
+    # a Vulkan module's speed does not depend on CPU threads: one configuration
+    return (1,) if driver == "vulkan" else tuple(dict.fromkeys(threads))
+
+
+def _remote_manifest(conn: Connection, app: str, release: str) -> dict:
+    with conn.sftp.open(f"{layout.release_dir(app, release)}/manifest.json") as f:
+        return json.loads(f.read())
+
+
+def bench_release(conn: Connection, arch: str, app: str, release: str, manifest: dict,
+                  threads: int, repetitions: int, warmup: int) -> BenchResult:
+    shims = layout.shims_dir(shim_version())
+    runtime = layout.runtime_dir(manifest["compiler_version"], arch)
+    before = read_conditions(conn)
+    flags = [f"--benchmark_repetitions={repetitions + warmup}", "--benchmark_min_time=1x"]
+    if manifest["runtime_driver"] == "local-task":
+        flags.append(f"--task_topology_group_count={threads}")
+    result = conn.run(["sh", f"{shims}/bench.sh", runtime, layout.release_dir(app, release),
+                       *flags], check=False, timeout=3600)
+    after = read_conditions(conn)
+    if result.returncode != 0:
+        raise RemoteCommandFailed("iree-benchmark-module failed", where=str(conn.address),
+                                  argv=["bench.sh", *flags], returncode=result.returncode,
+                                  stderr_tail=result.stderr.decode(errors="replace")[-3000:])
+    samples = per_call_ms(json.loads(result.stdout))[warmup:]
+    latency = latency_stats(samples)
+    reasons = unreliable_reasons(before, after, latency)
+    return BenchResult(
+        id=f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}",
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        device=str(conn.address), device_arch=arch, app=app, release=release,
+        target=manifest["target"],
+        config={"threads": threads, "driver": manifest["runtime_driver"],
+                "repetitions": repetitions, "warmup": warmup},
+        latency=latency, peak_rss_kb=_peak_rss(result.stderr), before=before, after=after,
+        reliable=not reasons, unreliable_reasons=tuple(reasons),
+        versions={"edgekit": package_version("edgekit"),
+                  "iree_runtime": manifest["compiler_version"]})
+
+
+def per_call_ms(report: dict) -> list[float]:
+    """Per-repetition times from google-benchmark JSON (one call each), in ms."""
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    return [b["real_time"] * scale[b.get("time_unit", "ns")]
+            for b in report.get("benchmarks", []) if b.get("run_type") == "iteration"]
+
+
+def latency_stats(samples_ms: list[float]) -> LatencyStats:
+    a = np.asarray(samples_ms, dtype=np.float64)
+    if a.size == 0:
+        raise RemoteCommandFailed("the benchmark reported no samples", where="bench",
+                                  argv=[], returncode=1, stderr_tail="")
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return LatencyStats(samples_ms=tuple(round(float(x), 6) for x in a),
+                        min_ms=float(a.min()), p50_ms=float(p50), p90_ms=float(p90),
+                        p99_ms=float(p99), max_ms=float(a.max()), mean_ms=float(a.mean()),
+                        stddev_ms=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+                        throughput_per_s=float(1e3 / a.mean()))
+
+
+def parse_conditions(text: str) -> Conditions:
+    fields: dict = {"freq_khz": {}, "governor": {}, "temp_c": {}}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key == "loadavg":
+            fields["loadavg"] = tuple(float(v) for v in value.split()[:3])
+        elif key == "cpu_busy_pct" and value.replace(".", "", 1).isdigit():
+            fields[key] = float(value)
+        elif key in ("cores", "mem_available_kb") and value.isdigit():
+            fields[key] = int(value)
+        elif key.startswith("freq_khz.") and value.isdigit():
+            fields["freq_khz"][key.split(".", 1)[1]] = int(value)
+        elif key.startswith("governor."):
+            fields["governor"][key.split(".", 1)[1]] = value
+        elif key.startswith("temp_mc.") and value.lstrip("-").isdigit():
+            fields["temp_c"][key.split(".", 1)[1]] = int(value) / 1000
+        elif key == "throttled":
+            fields["throttled"] = value
+    return Conditions.model_validate(fields)
+
+
+def read_conditions(conn: Connection) -> Conditions:
+    script = (SHIMS / "conditions.sh").read_bytes()  # on stdin: works on any device
+    return parse_conditions(conn.run(["sh", "-s"], stdin=script).text)
+
+
+def unreliable_reasons(before: Conditions, after: Conditions, latency: LatencyStats) -> list[str]:
+    reasons = []
+    if before.cpu_busy_pct > BUSY_PCT:
+        reasons.append(f"heavy load: CPUs {before.cpu_busy_pct:.0f}% busy before the run "
+                       f"(load average {before.loadavg[0]:.2f})")
+    for c in (before, after):
+        if c.throttled and c.throttled not in ("0x0", "0"):
+            reasons.append(f"throttled (vcgencmd get_throttled={c.throttled})")
+            break
+    hottest = max([*before.temp_c.values(), *after.temp_c.values()], default=0.0)
+    if hottest >= HOT_C:
+        reasons.append(f"hot: {hottest:.0f} °C")
+    slow = [cpu for cpu, khz in after.freq_khz.items() if cpu in before.freq_khz
+            and khz < 0.8 * before.freq_khz[cpu]]
+    if slow:
+        reasons.append(f"CPU frequency dropped during the run on {', '.join(slow)}")
+    if latency.mean_ms > 0 and latency.stddev_ms / latency.mean_ms > NOISY_CV:
+        reasons.append(f"noisy: per-call spread {latency.stddev_ms / latency.mean_ms:.0%} of "
+                       "the mean")
+    return reasons
+
+
+def _peak_rss(stderr: bytes) -> int:
+    for line in reversed(stderr.decode(errors="replace").splitlines()):
+        if line.startswith("edgekit-peak-rss-kb="):
+            value = line.split("=", 1)[1]
+            return int(value) if value.isdigit() else 0
+    return 0
+
+

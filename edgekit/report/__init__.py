@@ -1,0 +1,1 @@
+"""Reports people open in a browser (self-contained HTML with inline SVG plots)."""

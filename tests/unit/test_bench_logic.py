@@ -1,0 +1,66 @@
+import pytest
+
+from edgekit.device.bench import (latency_stats, parse_conditions, per_call_ms,
+                                  unreliable_reasons)
+from edgekit.device.history import compare
+from edgekit.models.bench import BenchResult, Conditions
+
+CALM = Conditions(cores=4, cpu_busy_pct=2.0)
+
+
+def result(samples, release="r1", id="a") -> BenchResult:
+    return BenchResult(id=id, created_at="2026-01-01T00:00:00", device="d", device_arch="x86_64",
+                       app="app", release=release, target="host",
+                       config={"threads": 1, "driver": "local-task"},
+                       latency=latency_stats(samples), peak_rss_kb=1, before=CALM, after=CALM,
+                       reliable=True)
+
+
+def test_per_call_times_come_from_iteration_rows_in_ms():
+    report = {"benchmarks": [
+        {"run_type": "iteration", "real_time": 1500.0, "time_unit": "us"},
+        {"run_type": "iteration", "real_time": 2.0, "time_unit": "ms"},
+        {"run_type": "aggregate", "real_time": 9.0, "time_unit": "ms"}]}
+    assert per_call_ms(report) == [1.5, 2.0]
+
+
+def test_latency_statistics_are_ordered_and_consistent():
+    stats = latency_stats([float(x) for x in range(1, 101)])
+    assert stats.min_ms == 1 and stats.max_ms == 100
+    assert stats.min_ms <= stats.p50_ms <= stats.p90_ms <= stats.p99_ms <= stats.max_ms
+    assert stats.throughput_per_s == pytest.approx(1000 / 50.5)
+
+
+def test_conditions_are_parsed_from_the_shims_output():
+    c = parse_conditions("cores=4\nloadavg=0.10 0.20 0.30\ncpu_busy_pct=12\n"
+                         "freq_khz.cpu0=1500000\ngovernor.cpu0=ondemand\n"
+                         "temp_mc.cpu-thermal=61234\nthrottled=0x50005\n")
+    assert c.loadavg == (0.1, 0.2, 0.3) and c.cpu_busy_pct == 12
+    assert c.freq_khz == {"cpu0": 1500000} and c.governor == {"cpu0": "ondemand"}
+    assert c.temp_c == {"cpu-thermal": pytest.approx(61.234)} and c.throttled == "0x50005"
+
+
+def test_throttling_heat_load_and_noise_make_a_run_unreliable_with_reasons():
+    steady = latency_stats([10.0, 10.1, 9.9, 10.0])
+    assert unreliable_reasons(CALM, CALM, steady) == []
+    throttled = Conditions(cores=4, throttled="0x50005")
+    hot = Conditions(cores=4, temp_c={"cpu": 85.0})
+    busy = Conditions(cores=4, cpu_busy_pct=90.0)
+    assert "throttled" in unreliable_reasons(throttled, CALM, steady)[0]
+    assert "hot" in unreliable_reasons(CALM, hot, steady)[0]
+    assert "heavy load" in unreliable_reasons(busy, CALM, steady)[0]
+    noisy = latency_stats([1.0, 10.0, 1.0, 10.0])
+    assert "noisy" in unreliable_reasons(CALM, CALM, noisy)[0]
+    slower = Conditions(cores=4, freq_khz={"cpu0": 600000})
+    faster = Conditions(cores=4, freq_khz={"cpu0": 1500000})
+    assert "frequency dropped" in unreliable_reasons(faster, slower, steady)[0]
+
+
+def test_a_change_within_the_noise_is_not_a_regression_but_a_clear_one_is():
+    base = result([10.0 + 0.5 * (i % 5) for i in range(50)], id="a")
+    same = result([10.1 + 0.5 * (i % 5) for i in range(50)], release="r2", id="b")
+    slower = result([14.0 + 0.5 * (i % 5) for i in range(50)], release="r3", id="c")
+    assert not compare(base, same).regression
+    verdict = compare(base, slower)
+    assert verdict.regression and verdict.delta_pct > verdict.noise_pct
+    assert compare(slower, base).improvement
