@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from pathlib import Path
 
 import jinja2
 import matplotlib
@@ -17,51 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from edgekit.models.bench import BenchResult, Comparison  # noqa: E402
 
-TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>edgekit benchmark report</title>
-<style>
- body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
- table { border-collapse: collapse; margin: 1em 0; font-size: 14px; }
- th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
- th:first-child, td:first-child { text-align: left; }
- .bad { color: #b00; } .good { color: #070; }
- figure { margin: 1.5em 0; } figcaption { font-weight: 600; margin-bottom: .5em; }
-</style></head>
-<body data-plots-expected="{{ plots|length }}">
-<h1>edgekit benchmark report</h1>
-<p>{{ results|length }} result(s); generated {{ generated }}.</p>
-<table><tr><th>device</th><th>app</th><th>release</th><th>target</th><th>threads</th>
-<th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>mean ± sd ms</th><th>calls/s</th>
-<th>peak RSS MiB</th><th>reliable</th></tr>
-{% for r in results %}<tr><td>{{ r.device }}</td><td>{{ r.app }}</td><td>{{ r.release }}</td>
-<td>{{ r.target }}</td><td>{{ r.config.threads }}</td><td>{{ "%.3f"|format(r.latency.p50_ms) }}</td>
-<td>{{ "%.3f"|format(r.latency.p90_ms) }}</td><td>{{ "%.3f"|format(r.latency.p99_ms) }}</td>
-<td>{{ "%.3f ± %.3f"|format(r.latency.mean_ms, r.latency.stddev_ms) }}</td>
-<td>{{ "%.1f"|format(r.latency.throughput_per_s) }}</td>
-<td>{{ "%.1f"|format(r.peak_rss_kb / 1024) }}</td>
-<td class="{{ '' if r.reliable else 'bad' }}">{{ 'yes' if r.reliable else 'no: ' ~ r.unreliable_reasons|join('; ') }}</td></tr>
-{% endfor %}</table>
-{% if comparisons %}<h2>Comparisons</h2>
-<table><tr><th>device</th><th>app</th><th>threads</th><th>base → new release</th>
-<th>p50 ms</th><th>change</th><th>noise</th><th>verdict</th></tr>
-{% for c in comparisons %}<tr><td>{{ c.device }}</td><td>{{ c.app }}</td><td>{{ c.config.threads }}</td>
-<td>{{ c.base_release }} → {{ c.new_release }}</td>
-<td>{{ "%.3f → %.3f"|format(c.base_p50_ms, c.new_p50_ms) }}</td><td>{{ "%+.1f%%"|format(c.delta_pct) }}</td>
-<td>±{{ "%.1f%%"|format(c.noise_pct) }}</td>
-<td class="{{ 'bad' if c.regression else ('good' if c.improvement else '') }}">{{ 'REGRESSION' if c.regression else ('improvement' if c.improvement else 'within noise') }}</td></tr>
-{% endfor %}</table>{% endif %}
-{% for title, svg in plots %}<figure class="plot"><figcaption>{{ title }}</figcaption>{{ svg|safe }}</figure>
-{% endfor %}
-<script>
- window.addEventListener("load", () => {
-   const rendered = [...document.querySelectorAll("figure.plot svg")]
-     .filter(svg => { const b = svg.getBoundingClientRect(); return b.width > 50 && b.height > 50
-                      && svg.querySelectorAll("path").length > 0; });
-   document.body.dataset.plotsRendered = String(rendered.length);
- });
-</script>
-</body></html>
-""")
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True)
 
 
 def render_report(results: list[BenchResult], comparisons: list[Comparison],
@@ -72,7 +30,7 @@ def render_report(results: list[BenchResult], comparisons: list[Comparison],
     if scaling:
         plots.append(("Thread scaling: p50 latency (ms) by thread count", scaling))
     plots.append(("History over releases: p50 latency (ms)", _history_svg(history or results)))
-    return TEMPLATE.render(results=results, comparisons=comparisons, plots=plots,
+    return TEMPLATES.get_template("bench.html.j2").render(results=results, comparisons=comparisons, plots=plots,
                            generated=generated)
 
 
