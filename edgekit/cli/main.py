@@ -3,8 +3,9 @@
 Exit codes (decided here only, from the error's class — see edgekit.errors):
 0 ok · 1 other edgekit error · 2 bad recipe/profile/option · 3 model load/export ·
 4 lowering/compile · 5 external tool · 6 bad bundle · 7 cannot run here ·
-8 validation failed · 9 benchmark regression · 10 device unreachable · 11 auth refused · 12 host key unknown · 13 host key changed ·
-14 device cannot run the bundle · 15 remote command failed · 20 lab setup
+8 validation failed · 9 benchmark regression · 10 device unreachable · 11 auth refused ·
+12 host key unknown · 13 host key changed · 14 device cannot run the bundle ·
+15 remote command failed · 20 lab setup
 """
 
 from __future__ import annotations

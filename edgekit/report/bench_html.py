@@ -30,8 +30,8 @@ def render_report(results: list[BenchResult], comparisons: list[Comparison],
     if scaling:
         plots.append(("Thread scaling: p50 latency (ms) by thread count", scaling))
     plots.append(("History over releases: p50 latency (ms)", _history_svg(history or results)))
-    return TEMPLATES.get_template("bench.html.j2").render(results=results, comparisons=comparisons, plots=plots,
-                           generated=generated)
+    return TEMPLATES.get_template("bench.html.j2").render(
+        results=results, comparisons=comparisons, plots=plots, generated=generated)
 
 
 def _scale(ax, values: list[float]) -> None:
