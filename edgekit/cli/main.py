@@ -414,14 +414,16 @@ def bench() -> None:
 @click.option("--bundle", type=click.Path(path_type=Path), help="deploy this bundle, bench it")
 @click.option("--threads", default="1", show_default=True, help="comma-separated, e.g. 1,2,4")
 @click.option("--repetitions", default=50, show_default=True, help="measured calls")
-@click.option("--warmup", default=5, show_default=True, help="calls dropped first")
+@click.option("--warmup", default=5, show_default=True, help="calls dropped in each round")
+@click.option("--rounds", default=5, show_default=True,
+              help="separate benchmark processes, interleaved across configurations")
 @IDENTITY
 @click.option("--html", type=click.Path(path_type=Path), help="write an HTML report here")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Path | None,
-              threads: str, repetitions: int, warmup: int, identity: Path | None,
-              html: Path | None, as_json: bool) -> None:
+              threads: str, repetitions: int, warmup: int, rounds: int,
+              identity: Path | None, html: Path | None, as_json: bool) -> None:
     """Run iree-benchmark-module on one or more devices; results go to the history."""
     from edgekit.device.bench import BenchOptions, run_bench
     from edgekit.errors import ConfigError
@@ -436,7 +438,8 @@ def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Pa
         raise ConfigError(f"--threads must be numbers separated by commas (got {threads!r})",
                           key="threads") from None
     options = BenchOptions(hosts=hosts, app=app, bundle=bundle, threads=thread_counts,
-                           repetitions=repetitions, warmup=warmup, identity=identity)
+                           repetitions=repetitions, warmup=warmup, rounds=rounds,
+                           identity=identity)
     if as_json:
         results = run_bench(options)
     else:

@@ -40,8 +40,9 @@ class BenchOptions:
     app: str | None = None
     bundle: Path | None = None      # deploy this bundle first, then bench it
     threads: tuple[int, ...] = (1,)
-    repetitions: int = 50
-    warmup: int = 5
+    repetitions: int = 50           # measured calls per configuration, over all rounds
+    warmup: int = 5                 # calls dropped at the start of each round
+    rounds: int = 5                 # separate benchmark processes, interleaved across configs
     identity: Path | None = None
 
 
@@ -50,12 +51,13 @@ def run_bench(options: BenchOptions,
     """Bench every host × thread count; results are also stored in the local history."""
     if (options.app is None) == (options.bundle is None):
         raise ConfigError("give exactly one of --app or --bundle", key="app")
-    if options.repetitions < 2 or options.warmup < 0 or not options.threads \
-            or min(options.threads) < 1:
-        raise ConfigError("repetitions must be >= 2, warmup >= 0, threads >= 1", key="bench")
+    if options.rounds < 1 or options.repetitions < 2 * options.rounds or options.warmup < 0 \
+            or not options.threads or min(options.threads) < 1:
+        raise ConfigError("need rounds >= 1, repetitions >= 2 per round, warmup >= 0, "
+                          "threads >= 1", key="bench")
     bundle = load_bundle(options.bundle) if options.bundle else None
     app = safe_name(bundle.manifest.app if bundle else options.app, "app")
-    total = len(options.hosts) * len(options.threads)
+    total = len(options.hosts) * len(options.threads) * options.rounds
     done = 0
     results: list[BenchResult] = []
     from edgekit.device.history import store
@@ -70,14 +72,23 @@ def run_bench(options: BenchOptions,
                 raise ConfigError(f"app {app!r} has no current release on {address}", key="app",
                                   hint="deploy it first, or pass --bundle")
             manifest = _remote_manifest(conn, app, release)
-            for threads in _thread_configs(options.threads, manifest["runtime_driver"]):
-                if on_progress:
-                    on_progress(f"{address}: {threads} thread(s)", done, total)
-                result = bench_release(conn, info.arch, app, release, manifest, threads,
-                                       options.repetitions, options.warmup)
+            configs = _thread_configs(options.threads, manifest["runtime_driver"])
+            per_round = -(-options.repetitions // options.rounds)
+            runs: dict[int, list[RoundRun]] = {t: [] for t in configs}
+            # rounds interleave the configurations, so drift on the device hits all alike
+            for round_index in range(options.rounds):
+                for threads in configs:
+                    if on_progress:
+                        on_progress(f"{address}: {threads} thread(s), round {round_index + 1}/"
+                                    f"{options.rounds}", done, total)
+                    runs[threads].append(bench_round(conn, info.arch, app, release, manifest,
+                                                     threads, per_round, options.warmup))
+                    done += 1
+            for threads in configs:
+                result = summarize(conn, info.arch, app, release, manifest, threads,
+                                   runs[threads], options)
                 store(result)
                 results.append(result)
-                done += 1
     if on_progress:
         on_progress("done", total, total)
     return results
@@ -93,8 +104,17 @@ def _remote_manifest(conn: Connection, app: str, release: str) -> dict:
         return json.loads(f.read())
 
 
-def bench_release(conn: Connection, arch: str, app: str, release: str, manifest: dict,
-                  threads: int, repetitions: int, warmup: int) -> BenchResult:
+@dataclass(frozen=True)
+class RoundRun:
+    samples_ms: list[float]
+    peak_rss_kb: int
+    before: Conditions
+    after: Conditions
+
+
+def bench_round(conn: Connection, arch: str, app: str, release: str, manifest: dict,
+                threads: int, repetitions: int, warmup: int) -> RoundRun:
+    """One benchmark process: `warmup` + `repetitions` calls, one per repetition."""
     shims = layout.shims_dir(shim_version())
     runtime = layout.runtime_dir(manifest["compiler_version"], arch)
     before = read_conditions(conn)
@@ -109,17 +129,28 @@ def bench_release(conn: Connection, arch: str, app: str, release: str, manifest:
                                   argv=["bench.sh", *flags], returncode=result.returncode,
                                   stderr_tail=result.stderr.decode(errors="replace")[-3000:])
     samples = per_call_ms(json.loads(result.stdout))[warmup:]
-    latency = latency_stats(samples)
-    reasons = unreliable_reasons(before, after, latency)
+    return RoundRun(samples, _peak_rss(result.stderr), before, after)
+
+
+def summarize(conn: Connection, arch: str, app: str, release: str, manifest: dict,
+              threads: int, rounds: list[RoundRun], options: BenchOptions) -> BenchResult:
+    latency = latency_stats([s for r in rounds for s in r.samples_ms],
+                            [float(np.median(r.samples_ms)) for r in rounds])
+    before, after = rounds[0].before, rounds[-1].after
+    reasons = []
+    for r in rounds:
+        reasons += [x for x in unreliable_reasons(r.before, r.after, latency) if x not in reasons]
+    now = datetime.datetime.now(datetime.timezone.utc)
     return BenchResult(
-        id=f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}",
-        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        id=f"{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}",
+        created_at=now.isoformat(timespec="seconds"),
         device=str(conn.address), device_arch=arch, app=app, release=release,
         target=manifest["target"],
         config={"threads": threads, "driver": manifest["runtime_driver"],
-                "repetitions": repetitions, "warmup": warmup},
-        latency=latency, peak_rss_kb=_peak_rss(result.stderr), before=before, after=after,
-        reliable=not reasons, unreliable_reasons=tuple(reasons),
+                "repetitions": options.repetitions, "warmup": options.warmup,
+                "rounds": len(rounds)},
+        latency=latency, peak_rss_kb=max(r.peak_rss_kb for r in rounds), before=before,
+        after=after, reliable=not reasons, unreliable_reasons=tuple(reasons),
         versions={"edgekit": package_version("edgekit"),
                   "iree_runtime": manifest["compiler_version"]})
 
@@ -131,13 +162,14 @@ def per_call_ms(report: dict) -> list[float]:
             for b in report.get("benchmarks", []) if b.get("run_type") == "iteration"]
 
 
-def latency_stats(samples_ms: list[float]) -> LatencyStats:
+def latency_stats(samples_ms: list[float], round_p50_ms: list[float] = ()) -> LatencyStats:
     a = np.asarray(samples_ms, dtype=np.float64)
     if a.size == 0:
         raise RemoteCommandFailed("the benchmark reported no samples", where="bench",
                                   argv=[], returncode=1, stderr_tail="")
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
     return LatencyStats(samples_ms=tuple(round(float(x), 6) for x in a),
+                        round_p50_ms=tuple(round(float(x), 6) for x in round_p50_ms),
                         min_ms=float(a.min()), p50_ms=float(p50), p90_ms=float(p90),
                         p99_ms=float(p99), max_ms=float(a.max()), mean_ms=float(a.mean()),
                         stddev_ms=float(a.std(ddof=1)) if a.size > 1 else 0.0,

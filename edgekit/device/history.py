@@ -1,8 +1,10 @@
 """Benchmark history ($EDGEKIT_HOME/bench/<id>.json) and comparisons that know the noise.
 
 A change is called a regression (or improvement) only when the p50 moved by more than what the
-two runs' measured spread can resolve: 3 standard errors of the difference of means (at least
-2%), relative to the base.
+two runs' measured spread can resolve. The spread that matters is between benchmark processes
+(on a shared or thermally managed machine it is several times the spread of calls within one
+process), so it is measured from the per-round medians: noise = 3.5 standard errors of the
+difference (Welch), relative to the base p50, and at least 3%.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from edgekit.config.paths import edgekit_home
 from edgekit.errors import ConfigError
 from edgekit.models.bench import BenchResult, Comparison
 
-MIN_NOISE_PCT = 2.0
+MIN_NOISE_PCT = 3.0
+SE_MULTIPLIER = 3.5
 
 
 def history_dir() -> Path:
@@ -62,11 +65,21 @@ def previous_release_result(new: BenchResult, history: list[BenchResult]) -> Ben
     return older[-1] if older else None
 
 
+def _round_variance(latency) -> tuple[float, int]:
+    """Variance of the per-round medians and their count (per-call spread if one round)."""
+    rounds = latency.round_p50_ms
+    if len(rounds) >= 2:
+        mean = sum(rounds) / len(rounds)
+        return sum((r - mean) ** 2 for r in rounds) / (len(rounds) - 1), len(rounds)
+    return latency.stddev_ms ** 2, max(len(latency.samples_ms), 1)
+
+
 def compare(base: BenchResult, new: BenchResult) -> Comparison:
     a, b = base.latency, new.latency
-    na, nb = len(a.samples_ms), len(b.samples_ms)
-    se = math.sqrt(a.stddev_ms ** 2 / max(na, 1) + b.stddev_ms ** 2 / max(nb, 1))
-    noise = max(MIN_NOISE_PCT, 100 * 3 * se / a.p50_ms) if a.p50_ms else MIN_NOISE_PCT
+    (va, na), (vb, nb) = _round_variance(a), _round_variance(b)
+    se = math.sqrt(va / na + vb / nb)
+    noise = max(MIN_NOISE_PCT, 100 * SE_MULTIPLIER * se / a.p50_ms) if a.p50_ms \
+        else MIN_NOISE_PCT
     delta = 100 * (b.p50_ms - a.p50_ms) / a.p50_ms if a.p50_ms else 0.0
     return Comparison(device=new.device, app=new.app, config=dict(new.config), base=base.id,
                       new=new.id, base_release=base.release, new_release=new.release,

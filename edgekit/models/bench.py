@@ -7,6 +7,7 @@ from edgekit.config.schema_base import Frozen
 
 class LatencyStats(Frozen):
     samples_ms: tuple[float, ...]      # one per measured call (warm-up calls dropped)
+    round_p50_ms: tuple[float, ...] = ()  # median of each benchmark process (round)
     min_ms: float
     p50_ms: float
     p90_ms: float

@@ -26,14 +26,15 @@ def test_bench_on_two_devices_side_by_side_with_conditions(deployed, x86_device,
                                                           tmp_path):
     html = tmp_path / "report.html"
     proc = edgekit("bench", x86_device.name, arm_device.name, "--app", "mm", "--threads", "1,2",
-                   "--repetitions", "8", "--warmup", "2", "--json", "--html", str(html))
+                   "--repetitions", "8", "--rounds", "2", "--warmup", "2", "--json",
+                   "--html", str(html))
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)["results"]
     assert {(r["device_arch"], r["config"]["threads"]) for r in results} == {
         ("x86_64", 1), ("x86_64", 2), ("aarch64", 1), ("aarch64", 2)}
     for r in results:
         lat = r["latency"]
-        assert len(lat["samples_ms"]) == 8
+        assert len(lat["samples_ms"]) == 8 and len(lat["round_p50_ms"]) == 2
         assert lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["max_ms"]
         assert r["peak_rss_kb"] > 0 and r["before"]["cores"] >= 1
         assert r["reliable"] == (not r["unreliable_reasons"])
@@ -45,7 +46,7 @@ def test_bench_on_two_devices_side_by_side_with_conditions(deployed, x86_device,
 def test_the_html_report_renders_its_plots_in_headless_chromium(deployed, x86_device, tmp_path):
     html = tmp_path / "report.html"
     proc = edgekit("bench", x86_device.name, "--app", "mm", "--threads", "1,2",
-                   "--repetitions", "5", "--html", str(html))
+                   "--repetitions", "6", "--rounds", "2", "--html", str(html))
     assert proc.returncode == 0, proc.stderr
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -65,7 +66,8 @@ def test_same_release_is_within_noise_and_a_generic_cpu_build_is_a_regression(
         deployed, x86_device, tmp_path, monkeypatch):
     runs = []
     for _ in range(2):
-        proc = edgekit("bench", x86_device.name, "--app", "mm", "--repetitions", "30", "--json")
+        proc = edgekit("bench", x86_device.name, "--app", "mm", "--repetitions", "40",
+                       "--rounds", "8", "--json")
         assert proc.returncode == 0, proc.stderr
         runs.append(json.loads(proc.stdout)["results"][0]["id"])
     same = edgekit("bench", "compare", *runs, "--json")

@@ -8,11 +8,12 @@ from edgekit.models.bench import BenchResult, Conditions
 CALM = Conditions(cores=4, cpu_busy_pct=2.0)
 
 
-def result(samples, release="r1", id="a") -> BenchResult:
+def result(samples, release="r1", id="a", rounds=()) -> BenchResult:
     return BenchResult(id=id, created_at="2026-01-01T00:00:00", device="d", device_arch="x86_64",
                        app="app", release=release, target="host",
                        config={"threads": 1, "driver": "local-task"},
-                       latency=latency_stats(samples), peak_rss_kb=1, before=CALM, after=CALM,
+                       latency=latency_stats(samples, rounds), peak_rss_kb=1, before=CALM,
+                       after=CALM,
                        reliable=True)
 
 
@@ -64,3 +65,15 @@ def test_a_change_within_the_noise_is_not_a_regression_but_a_clear_one_is():
     verdict = compare(base, slower)
     assert verdict.regression and verdict.delta_pct > verdict.noise_pct
     assert compare(slower, base).improvement
+
+
+def test_noise_comes_from_the_spread_between_benchmark_processes():
+    calls = [10.0 + 0.01 * (i % 3) for i in range(50)]  # tight within each process
+    steady = result(calls, id="a", rounds=[10.0, 10.0, 10.0, 10.0, 10.0])
+    drifting = result(calls, id="b", rounds=[8.0, 12.0, 9.0, 11.0, 10.0])
+    moved = result([12.0 + x - 10.0 for x in calls], release="r2", id="c",
+                   rounds=[10.0, 14.0, 11.0, 13.0, 12.0])
+    # within-process spread alone would call +20% a regression; the rounds say it is noise
+    assert not compare(drifting, moved).regression
+    assert compare(steady, result([30.0] * 50, release="r3", id="d",
+                                  rounds=[30.0] * 5)).regression
