@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench.sh RUNTIME_DIR RELEASE_DIR [EXTRA_FLAG...]: iree-benchmark-module on the release's
 # golden inputs, its JSON on stdout. Extra flags (e.g. --benchmark_repetitions=10) pass through.
-# The last stderr line is "edgekit-peak-rss-kb=N": the benchmark process's peak resident memory.
+# The last stderr line is "edgekit-peak-rss-kb=N": the benchmark process's peak resident memory
+# (VmHWM, sampled every 10 ms: a run shorter than that can under-report).
 set -eu
 runtime=$1
 release=$2
@@ -19,7 +20,7 @@ peak=0
 while kill -0 "$pid" 2>/dev/null; do
   hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
   [ -n "$hwm" ] && peak=$hwm
-  sleep 0.05
+  sleep 0.01
 done
 status=0
 wait "$pid" || status=$?

@@ -396,10 +396,10 @@ def lab_down() -> None:
 class DefaultCommandGroup(click.Group):
     """`edgekit bench HOST …` runs the default subcommand; `edgekit bench compare` others."""
 
-    def resolve_command(self, ctx, args):
+    def parse_args(self, ctx, args):
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             args = ["run", *args]
-        return super().resolve_command(ctx, args)
+        return super().parse_args(ctx, args)
 
 
 @cli.group(cls=DefaultCommandGroup)

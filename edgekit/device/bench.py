@@ -31,7 +31,8 @@ from edgekit.transport.ssh import Connection, connect
 
 BUSY_PCT = 30.0               # CPU busy share right before a run above which timings are suspect
 HOT_C = 80.0
-NOISY_CV = 0.15                # stddev / mean of per-call latency
+UNSTABLE_ROUNDS_CV = 0.10     # spread of per-round medians / their mean
+NOISY_CALLS_CV = 0.30          # per-call spread (single-round runs only: tails are normal)
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,12 @@ def unreliable_reasons(before: Conditions, after: Conditions, latency: LatencySt
             and khz < 0.8 * before.freq_khz[cpu]]
     if slow:
         reasons.append(f"CPU frequency dropped during the run on {', '.join(slow)}")
-    if latency.mean_ms > 0 and latency.stddev_ms / latency.mean_ms > NOISY_CV:
+    rounds = np.asarray(latency.round_p50_ms)
+    if rounds.size >= 2 and rounds.mean() > 0:
+        cv = float(rounds.std(ddof=1) / rounds.mean())
+        if cv > UNSTABLE_ROUNDS_CV:
+            reasons.append(f"unstable: the rounds' medians spread {cv:.0%} of their mean")
+    elif latency.mean_ms > 0 and latency.stddev_ms / latency.mean_ms > NOISY_CALLS_CV:
         reasons.append(f"noisy: per-call spread {latency.stddev_ms / latency.mean_ms:.0%} of "
                        "the mean")
     return reasons

@@ -52,6 +52,10 @@ def test_throttling_heat_load_and_noise_make_a_run_unreliable_with_reasons():
     assert "heavy load" in unreliable_reasons(busy, CALM, steady)[0]
     noisy = latency_stats([1.0, 10.0, 1.0, 10.0])
     assert "noisy" in unreliable_reasons(CALM, CALM, noisy)[0]
+    unstable = latency_stats([5.0] * 6, [4.0, 6.0, 5.0])
+    assert "unstable" in unreliable_reasons(CALM, CALM, unstable)[0]
+    tails_only = latency_stats([1.0, 10.0, 1.0, 10.0], [5.0, 5.1])
+    assert unreliable_reasons(CALM, CALM, tails_only) == []
     slower = Conditions(cores=4, freq_khz={"cpu0": 600000})
     faster = Conditions(cores=4, freq_khz={"cpu0": 1500000})
     assert "frequency dropped" in unreliable_reasons(faster, slower, steady)[0]
