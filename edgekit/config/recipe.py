@@ -20,19 +20,22 @@ LoweringChoice = Literal["auto", "tosa", "linalg", "torch"]
 
 
 class ModelSource(Frozen):
-    """Exactly one of `python` (module:factory) or `exported` (.pt2 from torch.export.save)."""
+    """Exactly one of `python` (module:factory), `exported` (.pt2 from torch.export.save) or
+    `onnx` (.onnx; external data only from the model's own directory)."""
 
     python: str | None = pydantic.Field(
         default=None,
         description="'package.module:factory' or 'file.py:factory' (relative to the recipe); the "
                     "factory returns an nn.Module or (nn.Module, example_inputs)")
     exported: str | None = pydantic.Field(default=None, description="path to a .pt2 file")
+    onnx: str | None = pydantic.Field(default=None, description="path to an .onnx file")
 
     @pydantic.model_validator(mode="after")
     def _exactly_one(self) -> "ModelSource":
-        given = [k for k in ("python", "exported") if getattr(self, k)]
+        given = [k for k in ("python", "exported", "onnx") if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError("give exactly one of `python: module:factory` or `exported: file.pt2`")
+            raise ValueError("give exactly one of `python: module:factory`, `exported: file.pt2` "
+                             "or `onnx: model.onnx`")
         if self.python and ":" not in self.python:
             raise ValueError("`python` must look like 'package.module:factory' or "
                              "'file.py:factory'")
@@ -110,6 +113,11 @@ class Recipe(Frozen):
         return self
 
     @property
+    def source(self) -> str:
+        """The model source as written (for manifests and messages)."""
+        return self.model.python or self.model.exported or self.model.onnx or ""
+
+    @property
     def path(self) -> Path:
         """The recipe file this came from (relative paths in it are relative to its folder)."""
         return self._path
@@ -128,7 +136,8 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError("a recipe must be a mapping of keys", where=doc.where(()))
     recipe = validate(doc, Recipe, data={"name": path.stem, **doc.data})
     recipe._path = path
-    for key, rel in (("model.exported", recipe.model.exported), ("samples", recipe.samples)):
+    for key, rel in (("model.exported", recipe.model.exported), ("model.onnx", recipe.model.onnx),
+                     ("samples", recipe.samples)):
         if rel and not recipe.resolve(rel).is_file():
             loc = tuple(key.split("."))
             raise ConfigError(f"file not found: {recipe.resolve(rel)}", where=doc.where(loc),

@@ -18,7 +18,7 @@ from edgekit.pipeline.load import LoadedModel
 
 @dataclass(frozen=True)
 class ExportedModel:
-    program: torch.export.ExportedProgram
+    program: "torch.export.ExportedProgram | onnx.ModelProto"  # what torch-mlir imports
     digest: str                            # sha256 of graph + weights: the model's identity
     samples: tuple[np.ndarray, ...]
     golden: tuple[np.ndarray, ...]         # the original model's outputs on `samples`
@@ -27,6 +27,8 @@ class ExportedModel:
 
 
 def export_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
+    if not isinstance(loaded.model, (torch.nn.Module, torch.export.ExportedProgram)):
+        return _onnx_model(recipe, loaded)
     args = tuple(torch.from_numpy(np.array(s)) for s in loaded.samples)
     if isinstance(loaded.model, torch.export.ExportedProgram):
         program = loaded.model
@@ -60,6 +62,20 @@ def exported_with_golden(program: torch.export.ExportedProgram, run,
                     for i, g in enumerate(golden))
     return ExportedModel(program=program, digest=program_digest(program), samples=samples,
                          golden=golden, inputs=inputs, outputs=outputs)
+
+
+def _onnx_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
+    """ONNX needs no export: its golden outputs come from onnxruntime, unoptimized."""
+    from edgekit.pipeline.onnx_source import onnx_digest, run_onnxruntime
+    golden = run_onnxruntime(loaded.model, loaded.input_names, loaded.samples)
+    shapes = [_declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
+    inputs = tuple(TensorSig(name=n, shape=shape, dtype=str(s.dtype))
+                   for n, shape, s in zip(loaded.input_names, shapes, loaded.samples))
+    outputs = tuple(TensorSig(name=f"output_{i}", shape=g.shape, dtype=str(g.dtype))
+                    for i, g in enumerate(golden))
+    return ExportedModel(program=loaded.model, digest=onnx_digest(loaded.model),
+                         samples=tuple(loaded.samples), golden=golden, inputs=inputs,
+                         outputs=outputs)
 
 
 def program_digest(program: torch.export.ExportedProgram) -> str:

@@ -17,13 +17,15 @@ from edgekit.errors import ModelLoadError
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: torch.nn.Module | torch.export.ExportedProgram
+    model: "torch.nn.Module | torch.export.ExportedProgram | onnx.ModelProto"
     samples: tuple[np.ndarray, ...]      # one golden input set, in argument order
     input_names: tuple[str, ...]
 
 
 def load_model(recipe: Recipe) -> LoadedModel:
     source = recipe.model
+    if source.onnx:
+        return _load_onnx(recipe)
     if source.exported:
         model, examples = _load_exported(recipe.resolve(source.exported)), None
     else:
@@ -31,6 +33,32 @@ def load_model(recipe: Recipe) -> LoadedModel:
     samples = _samples(recipe, examples)
     names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
     return LoadedModel(model=model, samples=samples, input_names=names)
+
+
+def _load_onnx(recipe: Recipe) -> LoadedModel:
+    from edgekit.pipeline.onnx_source import load_onnx, onnx_inputs
+    path = recipe.resolve(recipe.model.onnx or "")
+    model = load_onnx(path)
+    graph_inputs = onnx_inputs(model)
+    if recipe.inputs:
+        names = tuple(s.name for s in recipe.inputs)
+        missing = sorted(set(names) - {n for n, _, _ in graph_inputs})
+        if missing:
+            raise ModelLoadError(f"the model has no input(s) {missing}", where=str(path),
+                                 hint="its inputs: " + ", ".join(n for n, _, _ in graph_inputs))
+        return LoadedModel(model, _samples(recipe, None), names)
+    dynamic = {n: [d for d in shape if isinstance(d, str)] for n, shape, _ in graph_inputs}
+    dynamic = {n: d for n, d in dynamic.items() if d}
+    if dynamic:
+        raise ModelLoadError(
+            "the model has dynamic input dimensions: " + "; ".join(
+                f"{n}: {', '.join(d)}" for n, d in dynamic.items()), where=str(path),
+            hint="declare `inputs:` with sizes (or named dims under `dynamic_dims`) in the "
+                 "recipe")
+    rng = np.random.default_rng(recipe.seed)
+    specs = [InputSpec(name=n, shape=shape, dtype=dtype) for n, shape, dtype in graph_inputs]
+    samples = tuple(_random_input(spec, recipe, rng) for spec in specs)
+    return LoadedModel(model, samples, tuple(n for n, _, _ in graph_inputs))
 
 
 def _call_factory(recipe: Recipe, spec: str):

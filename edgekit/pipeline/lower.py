@@ -11,6 +11,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from edgekit.config.profiles import Target
 from edgekit.errors import LoweringError
 from edgekit.models.bundle import LoweringAttempt, LoweringRecord
@@ -38,7 +40,9 @@ def lowering_order(requested: str, target: Target) -> tuple[str, ...]:
 
 def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModule:
     try:
-        return ImportedModule(exported, torch_mlir.import_program(exported.program))
+        if isinstance(exported.program, torch.export.ExportedProgram):
+            return ImportedModule(exported, torch_mlir.import_program(exported.program))
+        return ImportedModule(exported, torch_mlir.import_onnx(exported.program))
     except torch_mlir.LowerFailure as failure:
         reproducer_dir.mkdir(parents=True, exist_ok=True)
         (reproducer_dir / "diagnostics.txt").write_text(failure.diagnostics)

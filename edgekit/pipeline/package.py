@@ -28,8 +28,8 @@ class BundleIdentity:
 
     @classmethod
     def of(cls, recipe: Recipe) -> "BundleIdentity":
-        source = recipe.model.python or recipe.model.exported or ""
-        return cls(app=recipe.name, model_source=source, recipe_digest=sha256_file(recipe.path),
+        return cls(app=recipe.name, model_source=recipe.source,
+                   recipe_digest=sha256_file(recipe.path),
                    tolerances=recipe.validation)
 
 

@@ -48,6 +48,27 @@ def import_program(program: torch.export.ExportedProgram) -> bytes:
     return _bytecode(module)
 
 
+def import_onnx(model) -> bytes:
+    """ONNX ModelProto (shapes inferred) → torch-backend MLIR bytecode, entry renamed `main`."""
+    from torch_mlir import ir
+    from torch_mlir.extras import onnx_importer
+    from torch_mlir.passmanager import PassManager
+    context, diagnostics = _context_collecting_diagnostics()
+    try:
+        info = onnx_importer.ModelInfo(model)
+        module = info.create_module(context=context).operation
+        onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
+        with context:
+            for op in module.regions[0].blocks[0].operations:
+                if op.operation.name == "func.func":
+                    op.operation.attributes["sym_name"] = ir.StringAttr.get("main")
+            PassManager.parse("builtin.module(torch-onnx-to-torch-backend-pipeline)").run(module)
+    except Exception as exc:  # the importer raises bare Exceptions; translate them here
+        text = "\n".join(diagnostics) or str(exc)
+        raise LowerFailure(_ops_in(text), text) from None
+    return _bytecode(module)
+
+
 def _weights_as_raw_bytes():
     """Importer hooks that turn weight tensors into MLIR resources from their raw bytes.
 
@@ -137,12 +158,13 @@ def _bytecode(module) -> bytes:
 
 
 _OP = re.compile(r"(?:failed to legalize operation |unsupported op |op )'?((?:torch|tosa|aten)"
-                 r"\.[\w.]+)'?")
+                 r"\.[\w.]+)'?|\"(onnx\.\w+)\"")
 
 
 def _ops_in(text: str) -> tuple[str, ...]:
     ops: list[str] = []
-    for name in _OP.findall(text):
+    for groups in _OP.findall(text):
+        name = next(g for g in groups if g)
         if name not in ops:
             ops.append(name)
     return tuple(ops)
