@@ -159,6 +159,26 @@ def schema(kind: str) -> None:
     sys.stdout.write(json.dumps(recipe_json_schema(), indent=2) + "\n")
 
 
+@cli.command()
+@click.argument("model")
+@click.option("--target", default="host", show_default=True, help="target profile")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def check(model: str, target: str, as_json: bool) -> None:
+    """Which operators of MODEL (.onnx, .pt2, recipe .yaml or module:factory) make it through
+    import, TOSA, Linalg and the target's compiler. Exit 0 when the model can be built."""
+    from edgekit.pipeline.check import run_check
+    with render.err.status("checking operators…"):
+        report = run_check(model, target)
+    if as_json:
+        from dataclasses import asdict
+        render.emit_json({**asdict(report), "buildable": report.buildable})
+    else:
+        render.check_table(report)
+    if not report.buildable:
+        sys.exit(4)
+
+
 IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
                         help="private key [default: the registered device's, else ~/.ssh/id_*]")
 HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"

@@ -156,3 +156,24 @@ def comparison_table(comparisons) -> None:
                       f"{c.base_p50_ms:.3f} → {c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
                       f"±{c.noise_pct:.1f}%", verdict)
     out.print(table)
+
+
+def check_table(report) -> None:
+    mark = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}
+    table = Table(title=f"{report.model} ({report.kind}) for {report.target}")
+    for col in ("op", "count", "import", "tosa", "linalg", f"compile ({report.target})",
+                "first failure"):
+        table.add_column(col)
+    for s in report.ops:
+        table.add_row(s.op, str(s.count), mark[s.imported], mark[s.tosa], mark[s.linalg],
+                      mark[s.compiled], s.failure)
+    out.print(table)
+    whole = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in report.whole_model.items())
+    out.print(f"whole model — {whole}")
+    if report.chosen:
+        out.print(f"[green]buildable[/]: `lowering: auto` would use {report.chosen}")
+    else:
+        out.print("[red]not buildable[/] for this target with any lowering")
+    failing = [s for s in report.ops if s.reproducer]
+    if failing:
+        out.print("reproducers: " + ", ".join(f"{s.op} → {s.reproducer}" for s in failing))

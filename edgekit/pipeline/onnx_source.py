@@ -86,5 +86,8 @@ def run_onnxruntime(model, names: tuple[str, ...], samples: tuple[np.ndarray, ..
         outputs = session.run(None, dict(zip(names, samples)))
     except Exception as exc:  # onnxruntime raises its own exception types
         raise ModelLoadError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0]}",
-                             where="golden outputs") from None
+                             where="golden outputs",
+                             hint=f"onnxruntime {ort.__version__} gives the reference outputs; "
+                                  "re-save the model with an IR version and opset it "
+                                  "supports") from None
     return tuple(np.ascontiguousarray(o) for o in outputs)

@@ -1,0 +1,115 @@
+"""ONNX sources (made here from in-tree models and by hand) and `edgekit check`."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from edgekit import BuildOptions, build, validate_local
+from edgekit.errors import ModelLoadError
+from edgekit.examples.models import kws_mlp
+from tests.integration.helpers import edgekit
+
+
+def export_onnx(model, example, path, names=("x",)):
+    torch.onnx.export(model, example, str(path), dynamo=False, input_names=list(names),
+                      opset_version=17)
+    return path
+
+
+def acos_graph(path):
+    """A hand-built graph whose Acos has no TOSA lowering (Linalg has one)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Acos", ["t"], ["a"]),
+             helper.make_node("Mul", ["a", "t"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "acos", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_an_onnx_recipe_builds_and_validates_against_onnxruntime(write_recipe, tmp_path):
+    model, example = kws_mlp()
+    export_onnx(model, example, tmp_path / "kws.onnx", names=("mfcc",))
+    bundle = build(BuildOptions(recipe=write_recipe("name: kws-onnx\nmodel:\n  onnx: kws.onnx\n"),
+                                target="host")).bundle
+    assert bundle.manifest.inputs[0].name == "mfcc" and bundle.manifest.model_source == "kws.onnx"
+    with torch.no_grad():  # the golden outputs are onnxruntime's, equal to PyTorch's here
+        expected = model(torch.from_numpy(np.load(bundle.file("golden/input_0.npy"))))
+    np.testing.assert_allclose(np.load(bundle.file("golden/output_0.npy")), expected.numpy(),
+                               atol=1e-5)
+    assert validate_local(bundle.path).ok
+
+
+def test_an_op_tosa_cannot_take_is_built_through_linalg_and_said(write_recipe, tmp_path):
+    acos_graph(tmp_path / "acos.onnx")
+    result = build(BuildOptions(recipe=write_recipe("name: acos\nmodel:\n  onnx: acos.onnx\n"),
+                                target="host"))
+    lowering = result.bundle.manifest.lowering
+    assert lowering.used == "linalg"
+    assert lowering.attempts[0].lowering == "tosa" and "torch.aten.acos" in lowering.attempts[0].ops
+    assert validate_local(result.bundle.path).ok
+
+
+def test_check_reports_exactly_the_op_tosa_cannot_take(tmp_path):
+    acos_graph(tmp_path / "acos.onnx")
+    proc = edgekit("check", str(tmp_path / "acos.onnx"), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    by_op = {o["op"]: o for o in report["ops"]}
+    assert set(by_op) == {"Tanh", "Acos", "Mul"}
+    assert [op for op, o in by_op.items() if not o["tosa"]] == ["Acos"]
+    assert by_op["Acos"]["linalg"] and by_op["Acos"]["compiled"]
+    assert "torch.aten.acos" in by_op["Acos"]["failure"]
+    assert report["chosen"] == "linalg" and report["buildable"]
+    assert (tmp_path / by_op["Acos"]["reproducer"] / "tosa" / "input.mlir").is_file()
+
+
+def test_check_reports_aten_ops_of_a_pytorch_model(tmp_path):
+    proc = edgekit("check", f"{tmp_path.parent.parent}/x.py:y", cwd=tmp_path)  # missing module
+    assert proc.returncode == 3
+    from tests.conftest import TINY
+    proc = edgekit("check", f"{TINY}:atan2_model", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ops = {o["op"]: o for o in json.loads(proc.stdout)["ops"]}
+    assert ops["aten::atan2"]["tosa"] is False and ops["aten::atan2"]["linalg"] is True
+    assert all(o["tosa"] for name, o in ops.items() if name != "aten::atan2")
+
+
+def test_external_data_outside_the_model_directory_is_refused(write_recipe, tmp_path):
+    model, example = kws_mlp()
+    models = tmp_path / "models"
+    models.mkdir()
+    export_onnx(model, example, models / "kws.onnx")
+    proto = onnx.load(str(models / "kws.onnx"))
+    onnx.save(proto, str(models / "kws.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    assert (models / "weights.bin").is_file()
+    ok = build(BuildOptions(recipe=write_recipe("name: ext\nmodel:\n  onnx: models/kws.onnx\n"),
+                            target="host"))
+    assert validate_local(ok.bundle.path).ok  # beside the model: fine
+    proto = onnx.load(str(models / "kws.onnx"), load_external_data=False)
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../../etc/passwd"
+    onnx.save(proto, str(models / "evil.onnx"))
+    with pytest.raises(ModelLoadError, match="outside the model's directory"):
+        build(BuildOptions(recipe=write_recipe("name: evil\nmodel:\n  onnx: models/evil.onnx\n"),
+                           target="host"))
+
+
+def test_dynamic_onnx_inputs_must_be_declared(write_recipe, tmp_path):
+    model, example = kws_mlp()
+    torch.onnx.export(model, example, str(tmp_path / "dyn.onnx"), dynamo=False,
+                      input_names=["mfcc"], dynamic_axes={"mfcc": {0: "batch"}})
+    with pytest.raises(ModelLoadError, match="mfcc: batch"):
+        build(BuildOptions(recipe=write_recipe("name: dyn\nmodel:\n  onnx: dyn.onnx\n"),
+                           target="host"))
+    declared = write_recipe("name: dyn\nmodel:\n  onnx: dyn.onnx\ninputs:\n"
+                            "  - name: mfcc\n    shape: [3, 49, 10]\n", name="declared.yaml")
+    assert validate_local(build(BuildOptions(recipe=declared, target="host")).bundle.path).ok
