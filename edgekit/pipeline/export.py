@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -15,6 +16,9 @@ from edgekit.errors import ModelLoadError
 from edgekit.models.bundle import TensorSig
 from edgekit.pipeline.load import LoadedModel
 
+
+if TYPE_CHECKING:
+    import onnx
 
 @dataclass(frozen=True)
 class ExportedModel:

@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,9 @@ import torch
 from edgekit.config.recipe import InputSpec, Recipe
 from edgekit.errors import ModelLoadError
 
+
+if TYPE_CHECKING:
+    import onnx
 
 @dataclass(frozen=True)
 class LoadedModel:
