@@ -37,9 +37,9 @@ OPSET = 17
 
 def candidates():
     for schema in onnx.defs.get_all_schemas_with_history():
-        if schema.domain not in ("", "ai.onnx") or schema.since_version > OPSET or schema.deprecated:
-            continue
-        yield schema
+        if schema.domain in ("", "ai.onnx") and schema.since_version <= OPSET \
+                and not schema.deprecated:
+            yield schema
 
 
 def latest_schemas():
