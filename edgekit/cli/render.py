@@ -31,6 +31,8 @@ def build_summary(result: BuildResult) -> None:
                   f"{attempt.error}")
     fell_back = len(m.lowering.attempts) > 1
     note = " (fallback)" if fell_back else ""
+    if m.lowering.note:
+        note += f" — {m.lowering.note}"
     out.print(f"  lowering: {m.lowering.used}{note} (requested {m.lowering.requested}); "
               f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
     if result.stage_seconds and not result.cached:

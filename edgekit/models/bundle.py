@@ -43,6 +43,7 @@ class LoweringRecord(Frozen):
     requested: str
     used: str
     attempts: tuple[LoweringAttempt, ...]
+    note: str = ""  # why this order (e.g. what `edgekit check` learned)
 
 
 class Manifest(Frozen):

@@ -9,6 +9,7 @@ hide the others. A failing op's module is saved as its reproducer.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -271,11 +272,13 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None) ->
     from edgekit.pipeline.export import export_model
     from edgekit.pipeline.load import load_model
     from edgekit.pipeline.onnx_source import load_onnx
+    from edgekit.pipeline.onnx_source import onnx_digest
     target = load_target(target_name)
     stem = Path(model.split(":")[0]).stem or "model"
     repro = fresh_repro_dir((out or Path("build")) / f"check-{stem}-{target.name}")
     if model.endswith(".onnx"):
-        return check_onnx(load_onnx(Path(model)), model, target, repro)
+        proto = load_onnx(Path(model))
+        return remember(check_onnx(proto, model, target, repro), onnx_digest(proto), target)
     if model.endswith(".pt2"):
         recipe = Recipe.model_validate({"name": stem, "model": {"exported": model}})
     elif model.endswith((".yaml", ".yml")):
@@ -284,5 +287,42 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None) ->
         recipe = Recipe.model_validate({"name": "check", "model": {"python": model}})
     exported = export_model(recipe, load_model(recipe))
     if not isinstance(exported.program, torch.export.ExportedProgram):
-        return check_onnx(exported.program, model, target, repro)
-    return check_program(exported.program, model, target, repro)
+        report = check_onnx(exported.program, model, target, repro)
+    else:
+        report = check_program(exported.program, model, target, repro)
+    return remember(report, exported.digest, target)
+
+
+def _store(digest: str, target: Target) -> Path:
+    from edgekit.config.paths import cache_root
+    from edgekit.pipeline.cache import cache_key
+    key = cache_key({"model": digest, "target": target.model_dump(mode="json",
+                                                                   exclude={"source"})})
+    return cache_root() / "check" / f"{key}.json"
+
+
+def remember(report: CheckReport, digest: str, target: Target) -> CheckReport:
+    """Keep what check learned, so `lowering: auto` starts with the lowering that works."""
+    path = _store(digest, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    failing = {lw: [s.op for s in report.ops if getattr(s, lw) is False]
+               for lw in ("tosa", "linalg")}
+    path.write_text(json.dumps({"chosen": report.chosen, "whole_model": report.whole_model,
+                                "failing_ops": failing}))
+    return report
+
+
+def learned_lowering(digest: str, target: Target) -> tuple[str, str] | None:
+    """(lowering, why) from an earlier `edgekit check` of this model for this target."""
+    path = _store(digest, target)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    chosen = data.get("chosen")
+    if not chosen:
+        return None
+    skipped = [lw for lw in target.lowering[: target.lowering.index(chosen)]
+               if chosen in target.lowering]
+    why = "; ".join(f"{lw} fails on {', '.join(data['failing_ops'].get(lw, [])) or 'the model'}"
+                    for lw in skipped)
+    return chosen, f"edgekit check chose {chosen}" + (f" ({why})" if why else "")

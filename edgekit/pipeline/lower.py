@@ -59,7 +59,14 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
     """Lower and compile with the requested lowering ('auto': the profile's order, falling
     back on failure); `extra_flags` come after the profile's flags."""
     attempts: list[LoweringAttempt] = []
-    for lowering in lowering_order(requested, target):
+    order, note = lowering_order(requested, target), ""
+    if requested == "auto":
+        from edgekit.pipeline.check import learned_lowering
+        learned = learned_lowering(imported.exported.digest, target)
+        if learned:
+            order = (learned[0], *(lw for lw in order if lw != learned[0]))
+            note = learned[1]
+    for lowering in order:
         try:
             lowered = torch_mlir.lower(imported.torch_bytecode, lowering)
         except torch_mlir.LowerFailure as failure:
@@ -82,7 +89,8 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
                                          "-o", "module.vmfb"]))
             continue
         attempts.append(LoweringAttempt(lowering=lowering, ok=True))
-        record = LoweringRecord(requested=requested, used=lowering, attempts=tuple(attempts))
+        record = LoweringRecord(requested=requested, used=lowering, attempts=tuple(attempts),
+                                note=note)
         return CompiledModule(imported.exported, output, flags, record)
     raise _all_failed(attempts, reproducer_dir)
 

@@ -26,7 +26,9 @@ def acos_graph(path):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
     nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Acos", ["t"], ["a"]),
              helper.make_node("Mul", ["a", "t"], ["y"])]
-    model = helper.make_model(helper.make_graph(nodes, "acos", [x], [y]),
+    # the graph is named after the file: distinct models, so one test's `check` (remembered
+    # per model) does not steer another test's build
+    model = helper.make_model(helper.make_graph(nodes, path.stem, [x], [y]),
                               opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     onnx.save(model, str(path))
     return path
@@ -113,3 +115,13 @@ def test_dynamic_onnx_inputs_must_be_declared(write_recipe, tmp_path):
     declared = write_recipe("name: dyn\nmodel:\n  onnx: dyn.onnx\ninputs:\n"
                             "  - name: mfcc\n    shape: [3, 49, 10]\n", name="declared.yaml")
     assert validate_local(build(BuildOptions(recipe=declared, target="host")).bundle.path).ok
+
+
+def test_auto_lowering_starts_with_what_check_learned(write_recipe, tmp_path):
+    acos_graph(tmp_path / "learned.onnx")
+    assert edgekit("check", str(tmp_path / "learned.onnx"), cwd=tmp_path).returncode == 0
+    recipe = write_recipe("name: learned\nmodel:\n  onnx: learned.onnx\n")
+    lowering = build(BuildOptions(recipe=recipe, target="host", use_cache=False)
+                     ).bundle.manifest.lowering
+    assert lowering.used == "linalg" and [a.lowering for a in lowering.attempts] == ["linalg"]
+    assert "edgekit check chose linalg" in lowering.note and "Acos" in lowering.note
