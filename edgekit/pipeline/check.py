@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import torch
 
 from edgekit.config.profiles import Target
+from edgekit.pipeline.lower import save_reproducer
 from edgekit.toolchain import iree, torch_mlir
 
 
@@ -63,7 +63,7 @@ def check_op(name: str, count: int, make_module, target: Target, repro_root: Pat
     except torch_mlir.LowerFailure as failure:
         status.imported = False
         status.failure = f"import: {_first_line(failure.diagnostics)}"
-        _save(repro, None, failure.diagnostics)
+        save_reproducer(repro, None, failure.diagnostics)
         status.reproducer = str(repro)
         return status
     except Exception as exc:  # cutting the op out failed: say so, keep checking the others
@@ -78,26 +78,22 @@ def check_op(name: str, count: int, make_module, target: Target, repro_root: Pat
         except torch_mlir.LowerFailure as failure:
             setattr(status, lowering, False)
             status.failure = status.failure or f"{lowering}: {_first_line(failure.diagnostics)}"
-            _save(repro / lowering, imported, failure.diagnostics)
+            save_reproducer(repro / lowering, imported, failure.diagnostics)
             status.reproducer = str(repro)
     order = [lw for lw in target.lowering if lw in lowered] + \
         (["torch"] if "torch" in target.lowering else [])
     for lowering in order:
         module = lowered.get(lowering, imported)
-        with tempfile.TemporaryDirectory(prefix="edgekit-check-") as tmp:
-            source = Path(tmp) / "input.mlirbc"
-            source.write_bytes(module)
-            try:
-                iree.compile_module(source, Path(tmp) / "module.vmfb",
-                                    iree.compile_flags(target, lowering))
-                status.compiled = True
-                break
-            except iree.CompileFailure as failure:
-                status.compiled = False
-                status.failure = status.failure or \
-                    f"compile ({lowering}): {_first_line(failure.diagnostics)}"
-                _save(repro / f"compile-{lowering}", module, failure.diagnostics)
-                status.reproducer = str(repro)
+        try:
+            iree.compile_bytes(module, iree.compile_flags(target, lowering))
+            status.compiled = True
+            break
+        except iree.CompileFailure as failure:
+            status.compiled = False
+            status.failure = status.failure or \
+                f"compile ({lowering}): {_first_line(failure.diagnostics)}"
+            save_reproducer(repro / f"compile-{lowering}", module, failure.diagnostics)
+            status.reproducer = str(repro)
     return status
 
 
@@ -143,12 +139,8 @@ def _whole_model(make_module, target: Target) -> dict[str, bool]:
         return {lw: False for lw in target.lowering}
     for lowering in target.lowering:
         try:
-            module = torch_mlir.lower(imported, lowering)
-            with tempfile.TemporaryDirectory(prefix="edgekit-check-") as tmp:
-                source = Path(tmp) / "input.mlirbc"
-                source.write_bytes(module)
-                iree.compile_module(source, Path(tmp) / "m.vmfb",
-                                    iree.compile_flags(target, lowering))
+            iree.compile_bytes(torch_mlir.lower(imported, lowering),
+                               iree.compile_flags(target, lowering))
             result[lowering] = True
         except (torch_mlir.LowerFailure, iree.CompileFailure):
             result[lowering] = False
@@ -233,14 +225,6 @@ def _example(val: torch.Tensor) -> torch.Tensor:
     if val.dtype == torch.bool:
         return torch.ones(shape, dtype=torch.bool)
     return torch.ones(shape, dtype=val.dtype)
-
-
-def _save(directory: Path, module: bytes | None, diagnostics: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "diagnostics.txt").write_text(diagnostics)
-    if module is not None:
-        (directory / "input.mlirbc").write_bytes(module)
-        (directory / "input.mlir").write_text(torch_mlir.to_text(module))
 
 
 _LEGALIZE = re.compile(r"failed to legalize operation '([\w.]+)'(?:[^\n]*?\"(onnx\.\w+)\")?")

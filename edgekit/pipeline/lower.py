@@ -71,7 +71,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
             lowered = torch_mlir.lower(imported.torch_bytecode, lowering)
         except torch_mlir.LowerFailure as failure:
             attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics))
-            _save_reproducer(reproducer_dir / lowering, imported.torch_bytecode,
+            save_reproducer(reproducer_dir / lowering, imported.torch_bytecode,
                              failure.diagnostics,
                              "torch-mlir-opt -pass-pipeline='builtin.module(torch-backend-to-"
                              f"{torch_mlir.OUTPUT_TYPE[lowering]}-backend-pipeline)' input.mlirbc")
@@ -84,7 +84,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
             iree.compile_module(source, output, flags)
         except iree.CompileFailure as failure:
             attempts.append(_failed(lowering, "compile", failure.ops, failure.diagnostics))
-            _save_reproducer(reproducer_dir / lowering, lowered, failure.diagnostics,
+            save_reproducer(reproducer_dir / lowering, lowered, failure.diagnostics,
                              shlex.join(["iree-compile", "input.mlirbc", *flags,
                                          "-o", "module.vmfb"]))
             continue
@@ -102,12 +102,18 @@ def _failed(lowering: str, stage: str, ops: tuple[str, ...], diagnostics: str) -
                            error=first.strip()[:300])
 
 
-def _save_reproducer(directory: Path, module: bytes, diagnostics: str, command: str) -> None:
+def save_reproducer(directory: Path, module: bytes | None, diagnostics: str,
+                    command: str | None = None) -> None:
+    """The MLIR that failed (bytecode, and text with weights elided), the diagnostics and,
+    when known, the command that reproduces the failure."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "input.mlirbc").write_bytes(module)
-    (directory / "input.mlir").write_text(torch_mlir.to_text(module))  # weights elided
     (directory / "diagnostics.txt").write_text(diagnostics)
-    (directory / "reproduce.sh").write_text(f"#!/bin/sh\ncd \"$(dirname \"$0\")\"\n{command}\n")
+    if module is not None:
+        (directory / "input.mlirbc").write_bytes(module)
+        (directory / "input.mlir").write_text(torch_mlir.to_text(module))
+    if command:
+        (directory / "reproduce.sh").write_text(
+            f"#!/bin/sh\ncd \"$(dirname \"$0\")\"\n{command}\n")
 
 
 def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path) -> LoweringError:

@@ -68,6 +68,15 @@ def compile_module(source: Path, output: Path, flags: tuple[str, ...]) -> None:
                              diagnostics=exc.stderr_tail) from None
 
 
+def compile_bytes(module: bytes, flags: tuple[str, ...], output: Path | None = None) -> None:
+    """iree-compile MLIR bytecode held in memory (scratch files), to `output` if given."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="edgekit-compile-") as tmp:
+        source = Path(tmp) / "input.mlirbc"
+        source.write_bytes(module)
+        compile_module(source, output or Path(tmp) / "module.vmfb", flags)
+
+
 _OP_PATTERNS = (
     re.compile(r"failed to legalize operation '([\w.]+)'"),
     re.compile(r"'([\w.]+)' op (?:is not|failed|not supported|unsupported)"),

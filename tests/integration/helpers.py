@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -7,10 +8,11 @@ import numpy as np
 from edgekit.models.bundle import MANIFEST, sha256_file
 
 
-def edgekit(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    """Run the real CLI as a user would."""
+def edgekit(*args: str, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI as a user would (`env`: extra environment variables)."""
     return subprocess.run([sys.executable, "-m", "edgekit.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
 
 
 def tamper_golden_output(bundle_dir, scale: float = 2.0, update_manifest: bool = True) -> None:

@@ -75,7 +75,9 @@ def test_check_reports_aten_ops_of_a_pytorch_model(tmp_path):
     proc = edgekit("check", f"{tmp_path.parent.parent}/x.py:y", cwd=tmp_path)  # missing module
     assert proc.returncode == 3
     from tests.conftest import TINY
-    proc = edgekit("check", f"{TINY}:atan2_model", "--json", cwd=tmp_path)
+    # its own cache: what check learns about this shared fixture must not steer other tests
+    proc = edgekit("check", f"{TINY}:atan2_model", "--json", cwd=tmp_path,
+                   env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     ops = {o["op"]: o for o in json.loads(proc.stdout)["ops"]}
     assert ops["aten::atan2"]["tosa"] is False and ops["aten::atan2"]["linalg"] is True
