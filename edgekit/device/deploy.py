@@ -154,8 +154,8 @@ def upload_release(conn: Connection, bundle: Bundle, app: str, release: str,
         local_files += [(path, path.name) for path in extras]
         for local, rel in local_files:
             sent += conn.put(local, f"{staging}/{rel}")
-        conn.run([*verify, staging], what="uploaded files do not match their sha256 on the device",
-                 )
+        conn.run([*verify, staging],
+                 what="uploaded files do not match their sha256 on the device")
         conn.run(["rm", "-rf", "--", target])  # an incomplete or corrupted earlier copy
         conn.mkdirs(f"{layout.app_dir(app)}/releases")
         conn.rename(staging, target)
@@ -165,9 +165,11 @@ def upload_release(conn: Connection, bundle: Bundle, app: str, release: str,
 def _release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
     """run.env (what the run/bench shims execute) and SHA256SUMS over every release file."""
     m = bundle.manifest
-    for rel in m.golden_inputs:
-        if not rel.startswith("golden/") or not safe_name(rel.removeprefix("golden/"), "file"):
+    for rel in m.golden_inputs:  # they end up in a shell word list: plain names only
+        folder, _, name = rel.partition("/")
+        if folder != "golden":
             raise DeviceIncompatible(f"unexpected golden input path {rel!r}")
+        safe_name(name, "golden input")
     run_env = tmp / "run.env"
     run_env.write_text(f"DRIVER={safe_name(m.runtime_driver, 'driver')}\n"
                        f"FUNCTION={safe_name(m.entry_function, 'function')}\n"

@@ -11,6 +11,7 @@ import pydantic
 
 from edgekit.config.schema_base import Frozen
 from edgekit.device.layout import ROOT
+from edgekit.errors import DeviceError
 from edgekit.transport.ssh import Connection
 
 SHIMS = Path(__file__).resolve().parents[2] / "runtime_shims"
@@ -82,7 +83,6 @@ def parse_probe(text: str) -> DeviceInfo:
     try:
         return DeviceInfo.model_validate(fields)
     except pydantic.ValidationError as exc:  # a device that printed something unexpected
-        from edgekit.errors import DeviceError
         raise DeviceError(f"unexpected probe output: {exc.errors()[0]['msg']}") from None
 
 
