@@ -16,7 +16,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
@@ -163,7 +162,3 @@ class CompiledGraph:
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
         return load_bundle(entry)
-
-
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().cpu().numpy()
