@@ -18,6 +18,7 @@ import numpy as np
 from edgekit.config.devices import resolve_device
 from edgekit.device import layout
 from edgekit.device.deploy import DeployResult, deploy_bundle
+from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
 from edgekit.transport.ssh import Connection, connect
@@ -109,6 +110,7 @@ class ToolRunner(Runner):
 
 
 _CONNECTIONS: dict[str, Connection] = {}
+_REMOTE_SCRATCH: list[tuple[Connection, str]] = []
 
 
 def _connection(host: str, identity: str | None) -> Connection:
@@ -122,6 +124,12 @@ def _connection(host: str, identity: str | None) -> Connection:
 def _release_everything() -> None:
     """Close device connections and drop IREE runtime objects before the interpreter tears
     down (else nanobind reports them as leaked)."""
+    for conn, directory in _REMOTE_SCRATCH:
+        try:
+            conn.run(["rm", "-rf", "--", directory], check=False, timeout=30)
+        except (EdgekitError, OSError):  # best effort at exit: the device may be gone
+            pass
+    _REMOTE_SCRATCH.clear()
     for conn in _CONNECTIONS.values():
         conn.close()
     _CONNECTIONS.clear()
@@ -141,35 +149,32 @@ class RemoteRunner(Runner):
         m = bundle.manifest
         self._manifest = m
         self._release = layout.release_dir(m.app, self.deployed.release)
-        self._tool = f"{layout.runtime_dir(m.compiler_version, self._arch())}/bin/iree-run-module"
-
-    def _arch(self) -> str:
-        return self._conn.run(["uname", "-m"]).text.strip()
+        arch = self._conn.run(["uname", "-m"]).text.strip()
+        self._tool = f"{layout.runtime_dir(m.compiler_version, arch)}/bin/iree-run-module"
+        # one scratch directory per runner, reused by every call (fewer round trips per call)
+        self._call_dir = f"{layout.app_dir(m.app)}/.calls-{secrets.token_hex(4)}"
+        self._conn.mkdirs(self._call_dir)
+        _REMOTE_SCRATCH.append((self._conn, self._call_dir))
 
     def _run(self, arrays):
-        m = self._manifest
-        call_dir = f"{layout.app_dir(m.app)}/.call-{secrets.token_hex(4)}"
-        self._conn.mkdirs(call_dir)
-        try:
-            with tempfile.TemporaryDirectory(prefix="edgekit-call-") as tmp:
-                inputs = []
-                for i, array in enumerate(arrays):
-                    local = Path(tmp) / f"input_{i}.npy"
-                    np.save(local, array, allow_pickle=False)
-                    self._conn.put(local, f"{call_dir}/input_{i}.npy")
-                    inputs.append(f"{call_dir}/input_{i}.npy")
-                outputs = [f"{call_dir}/output_{i}.npy" for i in range(len(m.outputs))]
-                self._conn.run(iree.run_module_argv(
-                    f"{self._release}/module.vmfb", m.runtime_driver, m.entry_function, inputs,
-                    outputs, tool=self._tool), what="running the graph on the device")
-                results = []
-                for i, remote in enumerate(outputs):
-                    local = Path(tmp) / f"output_{i}.npy"
-                    self._conn.get(remote, local)
-                    results.append(np.load(local, allow_pickle=False))
-                return results
-        finally:
-            self._conn.run(["rm", "-rf", "--", call_dir], check=False)
+        m, call_dir = self._manifest, self._call_dir
+        with tempfile.TemporaryDirectory(prefix="edgekit-call-") as tmp:
+            inputs = []
+            for i, array in enumerate(arrays):
+                local = Path(tmp) / f"input_{i}.npy"
+                np.save(local, array, allow_pickle=False)
+                self._conn.put(local, f"{call_dir}/input_{i}.npy")
+                inputs.append(f"{call_dir}/input_{i}.npy")
+            outputs = [f"{call_dir}/output_{i}.npy" for i in range(len(m.outputs))]
+            self._conn.run(iree.run_module_argv(
+                f"{self._release}/module.vmfb", m.runtime_driver, m.entry_function, inputs,
+                outputs, tool=self._tool), what="running the graph on the device")
+            results = []
+            for i, remote in enumerate(outputs):
+                local = Path(tmp) / f"output_{i}.npy"
+                self._conn.get(remote, local)
+                results.append(np.load(local, allow_pickle=False))
+            return results
 
 
 def make_runner(bundle: Bundle, graph: int, device: str | None, identity: str | None) -> Runner:
