@@ -108,9 +108,7 @@ def check_onnx(model, model_path: str, target: Target, repro_root: Path) -> Chec
     for op, node in first.items():
         report.ops.append(check_op(op, counts[op], lambda n=node: torch_mlir.import_onnx(
             _single_node_model(model, n)), target, repro_root))
-    report.whole_model = _whole_model(lambda: torch_mlir.import_onnx(model), target)
-    report.chosen = next((lw for lw in target.lowering if report.whole_model.get(lw)), None)
-    return report
+    return _with_whole_model(report, lambda: torch_mlir.import_onnx(model), target)
 
 
 def check_program(program: torch.export.ExportedProgram, model_path: str, target: Target,
@@ -125,7 +123,12 @@ def check_program(program: torch.export.ExportedProgram, model_path: str, target
     for op, node in first.items():
         report.ops.append(check_op(op, counts[op], lambda n=node: _import_single_aten(n),
                                    target, repro_root))
-    report.whole_model = _whole_model(lambda: torch_mlir.import_program(program), target)
+    return _with_whole_model(report, lambda: torch_mlir.import_program(program), target)
+
+
+def _with_whole_model(report: CheckReport, make_module, target: Target) -> CheckReport:
+    """Fill in the whole-model verdict per lowering and what `lowering: auto` would use."""
+    report.whole_model = _whole_model(make_module, target)
     report.chosen = next((lw for lw in target.lowering if report.whole_model.get(lw)), None)
     return report
 

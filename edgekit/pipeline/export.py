@@ -60,12 +60,20 @@ def exported_with_golden(program: torch.export.ExportedProgram, run,
     with torch.no_grad():
         flat, _ = pytree.tree_flatten(run(*args))
     golden = tuple(t.detach().contiguous().numpy() for t in flat if isinstance(t, torch.Tensor))
+    return _with_signature(program, program_digest(program), names, shapes, samples, golden)
+
+
+def _with_signature(program, digest: str, names: tuple[str, ...], shapes: list,
+                    samples: tuple[np.ndarray, ...], golden: tuple[np.ndarray, ...]
+                    ) -> ExportedModel:
+    """The ExportedModel, with input signatures as declared and outputs as the golden run
+    produced them."""
     inputs = tuple(TensorSig(name=name, shape=shape, dtype=str(s.dtype))
                    for name, shape, s in zip(names, shapes, samples))
     outputs = tuple(TensorSig(name=f"output_{i}", shape=g.shape, dtype=str(g.dtype))
                     for i, g in enumerate(golden))
-    return ExportedModel(program=program, digest=program_digest(program), samples=samples,
-                         golden=golden, inputs=inputs, outputs=outputs)
+    return ExportedModel(program=program, digest=digest, samples=tuple(samples), golden=golden,
+                         inputs=inputs, outputs=outputs)
 
 
 def _onnx_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
@@ -73,13 +81,8 @@ def _onnx_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
     from edgekit.pipeline.onnx_source import onnx_digest, run_onnxruntime
     golden = run_onnxruntime(loaded.model, loaded.input_names, loaded.samples)
     shapes = [_declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
-    inputs = tuple(TensorSig(name=n, shape=shape, dtype=str(s.dtype))
-                   for n, shape, s in zip(loaded.input_names, shapes, loaded.samples))
-    outputs = tuple(TensorSig(name=f"output_{i}", shape=g.shape, dtype=str(g.dtype))
-                    for i, g in enumerate(golden))
-    return ExportedModel(program=loaded.model, digest=onnx_digest(loaded.model),
-                         samples=tuple(loaded.samples), golden=golden, inputs=inputs,
-                         outputs=outputs)
+    return _with_signature(loaded.model, onnx_digest(loaded.model), loaded.input_names, shapes,
+                           tuple(loaded.samples), golden)
 
 
 def program_digest(program: torch.export.ExportedProgram) -> str:
