@@ -167,9 +167,28 @@ class RemoteCommandFailed(DeviceError):
                                 self.stderr_tail, self.hint)
 
 
+class HealthGateFailed(DeviceError):
+    """A release validated but failed a fleet health gate (latency against the release it
+    replaces, or the device's own hooks); it was not left active."""
+
+    exit_code = 16
+
+
+class RolloutHalted(EdgekitError):
+    """A fleet rollout stopped: a wave had more failed devices than allowed, or it was
+    interrupted. The journal holds every device's result; `edgekit fleet resume` continues."""
+
+    exit_code = 17
+
+    def __init__(self, what: str, *, result=None, hint: str | None = None):
+        super().__init__(what, hint=hint)
+        self.result = result
+
+
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, ToolError,
                 BundleError, CannotRunHere, ValidationFailed, DeviceUnreachable, AuthFailed,
-                HostKeyUnknown, HostKeyChanged, DeviceIncompatible, RemoteCommandFailed)
+                HostKeyUnknown, HostKeyChanged, DeviceIncompatible, RemoteCommandFailed,
+                HealthGateFailed, RolloutHalted)
 }

@@ -5,7 +5,8 @@ Exit codes (decided here only, from the error's class — see edgekit.errors):
 4 lowering/compile · 5 external tool · 6 bad bundle · 7 cannot run here ·
 8 validation failed · 9 benchmark regression · 10 device unreachable · 11 auth refused ·
 12 host key unknown · 13 host key changed · 14 device cannot run the bundle ·
-15 remote command failed · 20 lab setup
+15 remote command failed · 16 health gate failed (latency, hooks) ·
+17 fleet rollout halted or interrupted · 20 lab setup
 """
 
 from __future__ import annotations
@@ -151,12 +152,14 @@ def targets_show(name: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(["recipe"]))
+@click.argument("kind", type=click.Choice(["recipe", "fleet"]))
 @handle_errors
 def schema(kind: str) -> None:
     """Print the JSON Schema of a config file kind (for editor autocompletion)."""
+    from edgekit.config.fleet import fleet_json_schema
     from edgekit.config.recipe import recipe_json_schema
-    sys.stdout.write(json.dumps(recipe_json_schema(), indent=2) + "\n")
+    schema = recipe_json_schema() if kind == "recipe" else fleet_json_schema()
+    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
 
 
 @cli.command()
@@ -549,9 +552,15 @@ def bench_report(app: str | None, html: Path) -> None:
     render.out.print(f"report: {html} ({len(results)} results)")
 
 
+from edgekit.cli import fleet as _fleet_commands  # noqa: E402,F401  (registers `edgekit fleet`)
+
+
 def main() -> None:
     cli(prog_name="edgekit")
 
 
 if __name__ == "__main__":
-    main()
+    # through the imported module: `edgekit fleet` (edgekit.cli.fleet) registers itself on
+    # edgekit.cli.main's group, not on this __main__ copy's
+    from edgekit.cli.main import main as imported_main
+    imported_main()

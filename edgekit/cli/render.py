@@ -6,6 +6,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from edgekit.models.report import ValidationReport
@@ -179,3 +180,52 @@ def check_table(report) -> None:
     failing = [s for s in report.ops if s.reproducer]
     if failing:
         out.print("reproducers: " + ", ".join(f"{s.op} → {s.reproducer}" for s in failing))
+
+
+FLEET_COLOURS = {"updated": "green", "unchanged": "green", "failed": "red",
+                 "rolled-back": "yellow", "rollback-failed": "red", "skipped": "dim",
+                 "pending": "dim"}
+
+
+def fleet_result(result) -> None:
+    table = Table(title=f"rollout {result.id}: {result.app} — {result.status} "
+                        f"in {result.seconds:.1f} s")
+    for col in ("wave", "device", "target", "result", "p90 before", "p90 after", "seconds",
+                "reason"):
+        table.add_column(col, justify="right" if col.startswith(("p90", "sec", "wave"))
+                         else "left")
+    for d in result.devices:
+        colour = FLEET_COLOURS.get(d.status, "white")
+        table.add_row(str(d.wave), d.device, d.target, f"[{colour}]{d.status}[/]",
+                      _ms(d.p90_before_ms), _ms(d.p90_after_ms), f"{d.seconds:.1f}",
+                      escape(d.reason))
+    out.print(table)
+    for w in result.waves:
+        state = "[red]halted[/]" if w.halted else "[green]passed[/]"
+        out.print(f"wave {w.index}: {len(w.devices)} device(s), {w.updated} updated, "
+                  f"{w.unchanged} unchanged, {w.failed} failed (allowed {w.allowed_failures})"
+                  f" — {state} in {w.seconds:.1f} s")
+    if result.halt_reason:
+        out.print(f"[red]halt[/]: {escape(result.halt_reason)}; rollback: {result.rolled_back}")
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.3f} ms"
+
+
+def fleet_status_table(app: str, rows: list[dict]) -> None:
+    table = Table(title=f"fleet status: {app}")
+    for col in ("device", "address", "target", "current", "built for", "runtime",
+                "last validation"):
+        table.add_column(col)
+    for r in rows:
+        if not r["reachable"]:
+            table.add_row(r["device"], r["address"], r["target"],
+                          f"[red]unreachable[/] {escape(r['error'])}", "", "", "")
+            continue
+        v = r["last_validation"]
+        checked = "-" if v is None else \
+            f"{'[green]ok[/]' if v['ok'] else '[red]rejected[/]'} {v['release']} {v['at']}"
+        table.add_row(r["device"], r["address"], r["target"], r["current"] or "-",
+                      r["built_for"] or "-", r["runtime"] or "-", checked)
+    out.print(table)

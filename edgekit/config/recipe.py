@@ -88,6 +88,16 @@ class CompileOptions(Frozen):
         return flags
 
 
+class Hooks(Frozen):
+    """Commands run on the device (by its login shell, as the deploying user)."""
+
+    after_activate: str | None = pydantic.Field(
+        default=None, description="after `current` switched, e.g. restart the model's service")
+    health: str | None = pydantic.Field(
+        default=None, description="after `after_activate`; non-zero exit = unhealthy device")
+    timeout_s: float = pydantic.Field(default=120, gt=0)
+
+
 class Recipe(Frozen):
     name: str = pydantic.Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                                description="app name; also names the bundle")
@@ -101,6 +111,8 @@ class Recipe(Frozen):
     samples: str | None = pydantic.Field(
         default=None, description=".npz of sample inputs (keys: input names)")
     seed: int = pydantic.Field(default=0, description="seed for random samples")
+    hooks: Hooks = pydantic.Field(default_factory=lambda: Hooks(),
+                                  description="commands run on the device after activation")
     _path: Path = pydantic.PrivateAttr(default=Path("recipe.yaml"))
 
     @pydantic.model_validator(mode="after")

@@ -72,7 +72,7 @@ def run_bench(options: BenchOptions,
             if release is None:
                 raise ConfigError(f"app {app!r} has no current release on {address}", key="app",
                                   hint="deploy it first, or pass --bundle")
-            manifest = _remote_manifest(conn, app, release)
+            manifest = remote_manifest(conn, app, release)
             configs = _thread_configs(options.threads, manifest["runtime_driver"])
             per_round = -(-options.repetitions // options.rounds)
             runs: dict[int, list[RoundRun]] = {t: [] for t in configs}
@@ -100,7 +100,7 @@ def _thread_configs(threads: tuple[int, ...], driver: str) -> tuple[int, ...]:
     return (1,) if driver == "vulkan" else tuple(dict.fromkeys(threads))
 
 
-def _remote_manifest(conn: Connection, app: str, release: str) -> dict:
+def remote_manifest(conn: Connection, app: str, release: str) -> dict:
     with conn.sftp.open(f"{layout.release_dir(app, release)}/manifest.json") as f:
         return json.loads(f.read())
 
@@ -114,17 +114,20 @@ class RoundRun:
 
 
 def bench_round(conn: Connection, arch: str, app: str, release: str, manifest: dict,
-                threads: int, repetitions: int, warmup: int) -> RoundRun:
-    """One benchmark process: `warmup` + `repetitions` calls, one per repetition."""
+                threads: int, repetitions: int, warmup: int,
+                conditions: bool = True) -> RoundRun:
+    """One benchmark process: `warmup` + `repetitions` calls, one per repetition. The device's
+    conditions are read before and after unless `conditions` is False (each read takes
+    half a second of sampling)."""
     shims = layout.shims_dir(shim_version())
     runtime = layout.runtime_dir(manifest["compiler_version"], arch)
-    before = read_conditions(conn)
+    before = read_conditions(conn) if conditions else Conditions()
     flags = [f"--benchmark_repetitions={repetitions + warmup}", "--benchmark_min_time=1x"]
     if manifest["runtime_driver"] == "local-task":
         flags.append(f"--task_topology_group_count={threads}")
     result = conn.run(["sh", f"{shims}/bench.sh", runtime, layout.release_dir(app, release),
                        *flags], check=False, timeout=3600)
-    after = read_conditions(conn)
+    after = read_conditions(conn) if conditions else Conditions()
     if result.returncode != 0:
         raise RemoteCommandFailed("iree-benchmark-module failed", where=str(conn.address),
                                   argv=["bench.sh", *flags], returncode=result.returncode,

@@ -24,7 +24,8 @@ from edgekit.device import layout, preflight
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import activate, current_release, journal_event, prune_releases
-from edgekit.errors import DeviceIncompatible, ValidationFailed
+from edgekit.config.recipe import Hooks, load_recipe
+from edgekit.errors import DeviceIncompatible, HealthGateFailed, ValidationFailed
 from edgekit.models.bundle import MANIFEST, Bundle, sha256_file
 from edgekit.models.report import ValidationReport
 from edgekit.pipeline.build import BuildOptions, build
@@ -57,6 +58,7 @@ class DeployResult:
     pruned: tuple[str, ...]
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    gate: dict = field(default_factory=dict)   # what the health gate measured, if any
 
 
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
@@ -65,8 +67,10 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
         on_stage("build")
     built = build(BuildOptions(recipe=options.recipe, target=options.target,
                                use_cache=options.use_cache))
+    hooks = load_recipe(options.recipe).hooks
     with connect(address, identity) as conn:
-        return deploy_bundle(conn, built.bundle, keep=options.keep, on_stage=on_stage)
+        return deploy_bundle(conn, built.bundle, keep=options.keep, on_stage=on_stage,
+                             hooks=hooks)
 
 
 def release_id(bundle: Bundle) -> str:
@@ -76,8 +80,20 @@ def release_id(bundle: Bundle) -> str:
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 
+# Runs after on-device validation and before activation; raises (HealthGateFailed) to keep the
+# release from going live. Gets the connection, the device's info and the new release id;
+# returns what it measured (kept in DeployResult.gate).
+Gate = Callable[[Connection, DeviceInfo, str], dict]
+
+
 def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
-                  on_stage: Callable[[str], None] | None = None) -> DeployResult:
+                  on_stage: Callable[[str], None] | None = None, *, gate: Gate | None = None,
+                  hooks: Hooks | None = None, hooks_when_current: bool = False,
+                  fallback: str | None | bool = False) -> DeployResult:
+    """Deploy a built bundle on a connected device (see the module docstring for the order).
+    `hooks` run after activation (also when the release was already current if
+    `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
+    release that was current before) and HealthGateFailed is raised."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -123,10 +139,21 @@ def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
             f"activated; {kept}", report=report,
             hint=_mismatch_hint(m.backend, info))
 
+    journal_event(conn, app, "validated", release)
+    measured: dict = {}
+    if gate is not None:
+        stage("gate")
+        measured = gate(conn, info, release)
+
     activated = previous != release
     if activated:
         stage("activate")
         activate(conn, app, release, shims)
+    if hooks is not None and (hooks.after_activate or hooks.health) and \
+            (activated or hooks_when_current):
+        stage("hooks")
+        run_hooks(conn, app, release, hooks, shims,
+                  fallback=previous if fallback is False else fallback)
     pruned = prune_releases(conn, app, keep)
     now = time.perf_counter()
     marks = list(timings.items()) + [("end", now)]
@@ -134,7 +161,41 @@ def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
     return DeployResult(device=str(conn.address), app=app, release=release, previous=previous,
                         activated=activated, uploaded_files=files, uploaded_bytes=sent,
                         provisioned=provisioned, report=report, pruned=pruned,
-                        seconds=round(now - started, 3), stage_seconds=stage_seconds)
+                        seconds=round(now - started, 3), stage_seconds=stage_seconds,
+                        gate=measured)
+
+
+def run_hooks(conn: Connection, app: str, release: str, hooks: Hooks, shims: str,
+              fallback: str | None) -> None:
+    """The user's after-activation and health commands, with the release in the environment.
+    A failure puts `current` back on `fallback` (none: no current release) and raises."""
+    env = [f"EDGEKIT_APP={app}", f"EDGEKIT_RELEASE={release}",
+           f"EDGEKIT_RELEASE_DIR={layout.release_dir(app, release)}"]
+    for name, command in (("after_activate", hooks.after_activate), ("health", hooks.health)):
+        if not command:
+            continue
+        result = conn.run(["env", *env, "sh", "-c", command], check=False,
+                          timeout=hooks.timeout_s)
+        if result.returncode == 0:
+            continue
+        restore_release(conn, app, fallback, shims)
+        journal_event(conn, app, f"{name}-failed", release)
+        tail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        back = f"`current` is back on {fallback}" if fallback else "the app has no current " \
+            "release again"
+        raise HealthGateFailed(f"the {name} hook exited with {result.returncode} "
+                               f"({tail[0][:200]}); {back}", where=str(conn.address),
+                               hint=f"run the hook by hand on the device: {command}")
+
+
+def restore_release(conn: Connection, app: str, release: str | None, shims: str) -> None:
+    """Make `release` current again, or leave the app with no current release (None)."""
+    if release:
+        activate(conn, app, release, shims)
+        journal_event(conn, app, "rollback", release)
+    else:
+        conn.run(["rm", "-f", "--", layout.current_link(app)], what="deactivating the release")
+        journal_event(conn, app, "deactivate", "")
 
 
 def upload_release(conn: Connection, bundle: Bundle, app: str, release: str,

@@ -1,0 +1,180 @@
+"""`edgekit fleet …`: update in waves, resume, status, report, export to Ansible."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from edgekit.cli import render
+from edgekit.cli.main import cli, handle_errors
+
+FLEET_HELP = "fleet.yaml, or an Ansible inventory (INI or YAML)"
+
+
+@cli.group()
+def fleet() -> None:
+    """Roll a model out to a fleet in waves, gated on numerics and latency."""
+
+
+def _policy_overrides(canary, waves, concurrency, max_fail, max_p90_ratio,
+                      rollback_on_halt) -> dict:
+    given = {"canary": canary, "concurrency": concurrency, "max_fail": max_fail,
+             "max_p90_ratio": max_p90_ratio, "rollback_on_halt": rollback_on_halt}
+    if waves:
+        given["waves"] = [_count(w) for w in waves.split(",")]
+    for key in ("canary", "max_fail"):
+        if given[key] is not None:
+            given[key] = _count(given[key])
+    if max_p90_ratio == 0:
+        given["max_p90_ratio"] = None
+        return {k: v for k, v in given.items() if v is not None or k == "max_p90_ratio"}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _count(text: str) -> int | str:
+    text = text.strip()
+    return int(text) if text.isdigit() else text
+
+
+def _progress(event: dict) -> None:
+    kind = event.get("event")
+    if kind == "build":
+        render.err.print(f"building for {escape(event['target'])}…", highlight=False)
+    elif kind in ("start", "resume"):
+        render.err.print(f"{kind} rollout {event['rollout']}", highlight=False)
+    elif kind == "wave-start":
+        render.err.print(f"[bold]wave {event['wave']}[/]: {len(event['devices'])} device(s)",
+                         highlight=False)
+    elif kind == "device-done":
+        colour = {"failed": "red"}.get(event["status"], "green")
+        reason = f" — {escape(event['reason'])}" if event.get("reason") else ""
+        render.err.print(f"  [{colour}]{event['status']}[/] {escape(event['device'])} "
+                         f"({event['seconds']:.1f} s){reason}", highlight=False)
+    elif kind == "halt":
+        render.err.print(f"[red]halted[/]: {escape(event['reason'])}", highlight=False)
+    elif kind == "device-rollback":
+        render.err.print(f"  {event['status']} {escape(event['device'])}", highlight=False)
+
+
+def _finish(result, as_json: bool, html: Path | None) -> None:
+    from edgekit.errors import RolloutHalted
+    if html:
+        from edgekit.report.fleet_html import write_fleet_report
+        write_fleet_report(result, html)
+    if as_json:
+        render.emit_json(result.model_dump(mode="json"))
+    else:
+        render.fleet_result(result)
+        if html:
+            render.out.print(f"report: {html}")
+    if result.status == "halted":
+        raise RolloutHalted(f"rollout {result.id} halted: {result.halt_reason}",
+                            hint="see the per-device reasons above; devices that did not "
+                                 "take the release kept their previous one")
+    if result.status == "interrupted":
+        raise RolloutHalted(f"rollout {result.id} was interrupted",
+                            hint=f"continue it with `edgekit fleet resume {result.id}`")
+
+
+@fleet.command("update")
+@click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
+              help=FLEET_HELP)
+@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
+@click.option("--limit", help="only these devices: a device or group name, or label=value")
+@click.option("--canary", help="first wave: devices (or %) per target profile")
+@click.option("--waves", help="wave sizes after the canary, e.g. 1,10%,50%,100%")
+@click.option("--concurrency", type=int, help="devices updated at once within a wave")
+@click.option("--max-fail", help="failures a wave may have (count or %); more halts")
+@click.option("--max-p90-ratio", type=float,
+              help="latency gate: new p90 / replaced release's p90 (0 disables)")
+@click.option("--rollback-on-halt", type=click.Choice(["none", "wave", "all"]), is_flag=False,
+              flag_value="wave", help="on halt, return updated devices of the failed wave "
+              "(default when given without a value) or of all waves to their previous release")
+@click.option("--keep", default=3, show_default=True, help="releases kept on each device")
+@click.option("--no-cache", is_flag=True, help="rebuild even when the cache has the builds")
+@click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurrency, max_fail,
+                 max_p90_ratio, rollback_on_halt, keep: int, no_cache: bool,
+                 html: Path | None, as_json: bool) -> None:
+    """Build once per target, then update the fleet in waves with health gates."""
+    from edgekit.fleet.rollout import UpdateOptions, update
+    overrides = _policy_overrides(canary, waves, concurrency, max_fail, max_p90_ratio,
+                                  rollback_on_halt)
+    result = update(UpdateOptions(fleet=fleet_file, recipe=recipe, limit=limit,
+                                  policy=overrides, keep=keep, use_cache=not no_cache),
+                    on_event=_progress)
+    _finish(result, as_json, html)
+
+
+@fleet.command("resume")
+@click.argument("rollout", required=False)
+@click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
+    """Continue an interrupted rollout [default: the newest unfinished one]."""
+    from edgekit.fleet.rollout import resume
+    _finish(resume(rollout, on_event=_progress), as_json, html)
+
+
+@fleet.command("report")
+@click.argument("rollout", required=False)
+@click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
+    """Show a rollout's result from its journal [default: the newest]."""
+    from edgekit.fleet.rollout import rollout_result
+    result = rollout_result(rollout)
+    if html:
+        from edgekit.report.fleet_html import write_fleet_report
+        write_fleet_report(result, html)
+    if as_json:
+        render.emit_json(result.model_dump(mode="json"))
+    else:
+        render.fleet_result(result)
+
+
+@fleet.command("status")
+@click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
+              help=FLEET_HELP)
+@click.option("--app", help="app name [default: the --recipe's name]")
+@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML (for its name)")
+@click.option("--limit", help="only these devices: a device or group name, or label=value")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: str | None,
+                 as_json: bool) -> None:
+    """Every device's current release, runtime version and last validation."""
+    from edgekit.config.fleet import load_fleet
+    from edgekit.config.recipe import load_recipe
+    from edgekit.errors import ConfigError
+    from edgekit.fleet.status import fleet_status as read_status
+    if (app is None) == (recipe is None):
+        raise ConfigError("give exactly one of --app or --recipe", key="app")
+    name = app or load_recipe(recipe).name
+    rows = read_status(load_fleet(fleet_file).select(limit), name)
+    if as_json:
+        render.emit_json(rows)
+    else:
+        render.fleet_status_table(name, rows)
+
+
+@fleet.command("export-ansible")
+@click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
+              help=FLEET_HELP)
+@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="directory for the playbook, inventory, bundles and device programs")
+@click.option("--limit", help="only these devices: a device or group name, or label=value")
+@handle_errors
+def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str | None) -> None:
+    """Write an Ansible playbook + inventory doing the same staged rollout."""
+    from edgekit.fleet.ansible_export import export_ansible
+    written = export_ansible(fleet_file, recipe, out, limit=limit)
+    render.out.print(f"wrote {written.playbook} and {written.inventory}\n"
+                     f"run: ansible-playbook -i {written.inventory} {written.playbook}")

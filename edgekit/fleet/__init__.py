@@ -1,0 +1,1 @@
+"""Fleet rollouts: inventory → waves → per-wave health gates → halt/rollback → journal/resume."""

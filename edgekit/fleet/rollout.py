@@ -1,0 +1,252 @@
+"""`edgekit fleet update|resume`: build once per target, then update the fleet in waves.
+
+Each device goes through the deploy path (preflight, upload, verify, on-device validation),
+then the latency gate (the new release and the one it replaces benchmarked on that device in
+interleaved rounds, before the switch), then activation and the device hooks. A device that
+fails any of these keeps (or gets back) its previous release. After each wave the failures are
+counted against `max_fail`; past it the rollout halts, and `rollback_on_halt` returns the
+devices already updated (in that wave, or in every wave) to their previous release.
+
+Every step is journaled locally before the next begins; `resume` replays the journal and
+continues with the devices that have no result, using the previous release each one had when
+the rollout first touched it (the device itself may already be switched: activation is one
+rename on the device, so it is either on the old release or the new one, never in between).
+"""
+
+from __future__ import annotations
+
+import datetime
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.config.fleet import Fleet, RolloutPolicy, load_fleet
+from edgekit.config.recipe import Hooks, load_recipe
+from edgekit.device import layout
+from edgekit.device.bench import bench_round, remote_manifest
+from edgekit.device.deploy import Gate, deploy_bundle, release_id, restore_release
+from edgekit.device.probe import DeviceInfo
+from edgekit.device.provision import shim_version
+from edgekit.device.releases import current_release
+from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
+from edgekit.fleet import journal as jr
+from edgekit.fleet.waves import halts, plan_waves
+from edgekit.models.bundle import load_bundle
+from edgekit.models.fleet import FleetResult, RolloutPlan
+from edgekit.pipeline.build import BuildOptions, build
+from edgekit.transport.address import parse_address, safe_name
+from edgekit.transport.ssh import Connection, connect
+
+
+@dataclass(frozen=True)
+class UpdateOptions:
+    fleet: Path
+    recipe: Path
+    limit: str | None = None
+    policy: dict = field(default_factory=dict)   # RolloutPolicy fields given on the command line
+    keep: int = 3
+    use_cache: bool = True
+
+
+Progress = Callable[[dict], None]
+
+
+def update(options: UpdateOptions, on_event: Progress | None = None) -> FleetResult:
+    """Plan the rollout (builds included), journal the plan, then run it."""
+    fleet = load_fleet(options.fleet).select(options.limit)
+    recipe = load_recipe(options.recipe)
+    try:
+        policy = RolloutPolicy.model_validate({**fleet.rollout.model_dump(), **options.policy})
+    except ValueError as exc:
+        raise ConfigError(f"invalid rollout option: {exc}", key="rollout") from None
+    hooks = Hooks.model_validate({**recipe.hooks.model_dump(exclude_none=True),
+                                  **fleet.hooks.model_dump(exclude_none=True,
+                                                           exclude_defaults=True)})
+    now = datetime.datetime.now(datetime.timezone.utc)
+    rollout_id = f"{safe_name(recipe.name, 'app')}-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
+    directory = jr.rollouts_dir() / rollout_id
+    directory.mkdir(parents=True)
+    bundles, releases = _build_per_target(options, fleet, directory, on_event)
+    waves = plan_waves(fleet.devices, lambda d: d.target, policy.canary, policy.waves)
+    plan = RolloutPlan(id=rollout_id, created_at=now.isoformat(timespec="seconds"),
+                       app=recipe.name, recipe=str(options.recipe), fleet=fleet.source,
+                       devices=fleet.devices,
+                       waves=tuple(tuple(d.name for d in wave) for wave in waves),
+                       policy=policy, hooks=hooks, bundles=bundles, releases=releases,
+                       keep=options.keep)
+    jr.save_plan(directory, plan)
+    with jr.exclusive(directory):
+        journal = jr.Journal(directory, on_event)
+        journal.write("start", rollout=rollout_id, waves=[list(w) for w in plan.waves])
+        return _execute(plan, directory, journal)
+
+
+def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> FleetResult:
+    directory = jr.find_rollout(rollout_id, unfinished=True)
+    plan = jr.load_plan(directory)
+    with jr.exclusive(directory):
+        journal = jr.Journal(directory, on_event)
+        journal.write("resume", rollout=plan.id)
+        return _execute(plan, directory, journal)
+
+
+def rollout_result(rollout_id: str | None = None) -> FleetResult:
+    directory = jr.find_rollout(rollout_id, unfinished=False)
+    return jr.result_of(jr.load_plan(directory), jr.replay(jr.read_events(directory)), directory)
+
+
+def _build_per_target(options: UpdateOptions, fleet: Fleet, directory: Path,
+                      on_event: Progress | None) -> tuple[dict[str, str], dict[str, str]]:
+    """One build per target profile in the fleet, copied into the rollout (a later build to
+    the same output folder must not change what a resume deploys)."""
+    bundles, releases = {}, {}
+    for index, target in enumerate(dict.fromkeys(d.target for d in fleet.devices)):
+        if on_event:
+            on_event({"event": "build", "target": target})
+        built = build(BuildOptions(recipe=options.recipe, target=target,
+                                   use_cache=options.use_cache))
+        copy = directory / "bundles" / f"{index}-{safe_name(Path(target).stem, 'target')}"
+        shutil.copytree(built.bundle.path, copy)
+        bundles[target] = str(copy)
+        releases[target] = release_id(load_bundle(copy))
+    return bundles, releases
+
+
+def _execute(plan: RolloutPlan, directory: Path, journal: jr.Journal) -> FleetResult:
+    state = jr.replay(jr.read_events(directory))
+    if state.halt is None:
+        try:
+            _run_waves(plan, directory, journal, state)
+        except KeyboardInterrupt:
+            journal.write("interrupted")
+            return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
+        state = jr.replay(jr.read_events(directory))
+    if state.halt is not None:
+        _roll_back(plan, journal, state)
+    state = jr.replay(jr.read_events(directory))
+    journal.write("finished", status="halted" if state.halt else "completed")
+    return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
+
+
+def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
+               state: jr.JournalState) -> None:
+    for index, names in enumerate(plan.waves, start=1):
+        if index in state.waves_done:
+            continue
+        if index not in state.waves_started:
+            journal.write("wave-start", wave=index, devices=list(names))
+        todo = [n for n in names if n not in state.done]
+        with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
+                                thread_name_prefix="fleet") as pool:
+            futures = [pool.submit(_update_device, plan, name, index, journal, state)
+                       for name in todo]
+            try:
+                for future in as_completed(futures):
+                    future.result()
+            except KeyboardInterrupt:
+                # devices in flight finish their step (each switch is atomic on the device);
+                # devices not started stay untouched for the resume
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        state = jr.replay(jr.read_events(directory))
+        failed = sum(state.done[n]["status"] == "failed" for n in names if n in state.done)
+        halted = halts(failed, len(names), plan.policy.max_fail)
+        journal.write("wave-done", wave=index, failed=failed, halted=halted)
+        if halted:
+            journal.write("halt", wave=index, rollback=plan.policy.rollback_on_halt,
+                          reason=f"wave {index}: {failed} of {len(names)} device(s) failed, "
+                                 f"more than max_fail={plan.policy.max_fail}")
+            return
+
+
+def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
+                   state: jr.JournalState) -> None:
+    device = plan.device(name)
+    release = plan.releases[device.target]
+    started = time.perf_counter()
+    known, previous = state.previous_of(name)
+    measured: dict = {}
+    try:
+        bundle = load_bundle(plan.bundles[device.target])
+        with connect(parse_address(device.address), Path(device.identity)) as conn:
+            if not known:
+                previous = current_release(conn, plan.app)
+            journal.write("device-start", device=name, wave=wave, previous=previous)
+            gate = None
+            if plan.policy.max_p90_ratio and previous and previous != release:
+                gate = latency_gate(plan.policy, plan.app, previous, measured)
+            deploy_bundle(conn, bundle, keep=plan.keep, gate=gate, hooks=plan.hooks,
+                          hooks_when_current=True, fallback=previous,
+                          on_stage=lambda step: journal.write("device-step", device=name,
+                                                              step=step))
+        status, reason, failure = ("updated" if previous != release else "unchanged"), "", ""
+    except Exception as exc:  # noqa: BLE001 — one device's failure must not stop the others
+        status, failure = "failed", type(exc).__name__
+        reason = (exc.what if isinstance(exc, EdgekitError) else str(exc)) or failure
+        if isinstance(exc, EdgekitError) and exc.where and exc.where not in reason:
+            reason = f"{reason} ({exc.where})"
+    journal.write("device-done", device=name, wave=wave, status=status, reason=reason,
+                  failure=failure, previous=previous, seconds=round(time.perf_counter() -
+                                                                    started, 2),
+                  p90_before_ms=measured.get("p90_before_ms"),
+                  p90_after_ms=measured.get("p90_after_ms"))
+
+
+def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:
+    """Bench `baseline` (the release being replaced) and the new release on the device, rounds
+    interleaved so load and clock drift hit both alike; fail when the new p90 exceeds
+    `max_p90_ratio` × the baseline's. Fills `measured` either way."""
+    def gate(conn: Connection, info: DeviceInfo, release: str) -> dict:
+        manifests = {r: remote_manifest(conn, app, r) for r in (baseline, release)}
+        per_round = max(2, policy.gate_repetitions // policy.gate_rounds)
+        samples: dict[str, list[float]] = {baseline: [], release: []}
+        for _ in range(policy.gate_rounds):
+            for r in (baseline, release):
+                run = bench_round(conn, info.arch, app, r, manifests[r], policy.gate_threads,
+                                  per_round, warmup=2, conditions=False)
+                samples[r] += run.samples_ms
+        before = float(np.percentile(samples[baseline], 90))
+        after = float(np.percentile(samples[release], 90))
+        measured.update(p90_before_ms=round(before, 4), p90_after_ms=round(after, 4),
+                        ratio=round(after / before, 3) if before else None)
+        if before and after / before > policy.max_p90_ratio:
+            raise HealthGateFailed(
+                f"latency gate: p90 {after:.3f} ms vs {before:.3f} ms for the release it "
+                f"replaces ({baseline}), ×{after / before:.2f} > ×{policy.max_p90_ratio}; "
+                "not activated", where=str(conn.address),
+                hint="compare with `edgekit bench`; raise rollout.max_p90_ratio if expected")
+        return dict(measured)
+    return gate
+
+
+def _roll_back(plan: RolloutPlan, journal: jr.Journal, state: jr.JournalState) -> None:
+    scope = (state.halt or {}).get("rollback", "none")
+    if scope == "none":
+        return
+    halted_wave = state.halt["wave"]
+    names = [n for n, done in state.done.items()
+             if done["status"] == "updated" and n not in state.rollbacks
+             and (scope == "all" or done["wave"] == halted_wave)]
+    with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
+                            thread_name_prefix="rollback") as pool:
+        for future in [pool.submit(_restore, plan, n, state.done[n].get("previous"), journal)
+                       for n in names]:
+            future.result()
+
+
+def _restore(plan: RolloutPlan, name: str, previous: str | None, journal: jr.Journal) -> None:
+    device = plan.device(name)
+    try:
+        with connect(parse_address(device.address), Path(device.identity)) as conn:
+            restore_release(conn, plan.app, previous, layout.shims_dir(shim_version()))
+        journal.write("device-rollback", device=name, status="rolled-back", to=previous,
+                      reason=f"rolled back to {previous or 'no release'} after the halt")
+    except Exception as exc:  # noqa: BLE001 — keep rolling back the others
+        journal.write("device-rollback", device=name, status="rollback-failed", to=previous,
+                      reason=f"rollback failed: {exc}")

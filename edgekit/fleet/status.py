@@ -1,0 +1,68 @@
+"""`edgekit fleet status`: every device's current release, runtime version and last on-device
+validation, read from the devices themselves (concurrently; an unreachable device is a row
+that says so, not an error)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from edgekit.config.fleet import Fleet, FleetDevice
+from edgekit.device import layout
+from edgekit.device.bench import remote_manifest
+from edgekit.device.releases import current_release
+from edgekit.errors import EdgekitError
+from edgekit.transport.address import parse_address, safe_name
+from edgekit.transport.ssh import Connection, connect
+
+VALIDATION_EVENTS = ("validated", "rejected")
+
+
+def fleet_status(fleet: Fleet, app: str, concurrency: int = 8) -> list[dict]:
+    app = safe_name(app, "app")
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="status") as pool:
+        return list(pool.map(lambda d: device_status(d, app), fleet.devices))
+
+
+def device_status(device: FleetDevice, app: str) -> dict:
+    row = {"device": device.name, "address": device.address, "target": device.target,
+           "groups": list(device.groups), "labels": device.labels, "reachable": False,
+           "current": None, "built_for": None, "runtime": None, "last_validation": None,
+           "error": ""}
+    try:
+        with connect(parse_address(device.address), Path(device.identity)) as conn:
+            row["reachable"] = True
+            current = current_release(conn, app)
+            row["current"] = current
+            if current:
+                manifest = remote_manifest(conn, app, current)
+                row["built_for"] = manifest.get("target")
+                row["runtime"] = f"iree {manifest.get('compiler_version')}"
+            row["last_validation"] = last_validation(conn, app)
+    except EdgekitError as exc:
+        row["error"] = f"{type(exc).__name__}: {exc.what}"
+    except OSError as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    return row
+
+
+def last_validation(conn: Connection, app: str) -> dict | None:
+    """The newest validated/rejected event of the device's journal for `app`."""
+    try:
+        with conn.sftp.open(layout.journal(app)) as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") in VALIDATION_EVENTS:
+            when = datetime.datetime.fromtimestamp(int(event.get("ts", 0)),
+                                                   datetime.timezone.utc)
+            return {"release": event.get("release"), "ok": event["event"] == "validated",
+                    "at": when.isoformat(timespec="seconds")}
+    return None

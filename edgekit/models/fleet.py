@@ -1,0 +1,71 @@
+"""Plain data of a fleet rollout: the plan (fixed when the rollout starts, so a resume does
+exactly what was planned) and the result (rebuilt from the journal, so it is the same whether
+the rollout ran in one go or was resumed)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from edgekit.config.fleet import FleetDevice, RolloutPolicy
+from edgekit.config.recipe import Hooks
+from edgekit.config.schema_base import Frozen
+
+DeviceStatus = Literal["updated", "unchanged", "failed", "rolled-back", "rollback-failed",
+                       "skipped", "pending"]
+
+
+class RolloutPlan(Frozen):
+    id: str
+    created_at: str
+    app: str
+    recipe: str
+    fleet: str
+    devices: tuple[FleetDevice, ...]
+    waves: tuple[tuple[str, ...], ...]          # device names per wave
+    policy: RolloutPolicy
+    hooks: Hooks
+    bundles: dict[str, str]                      # target → bundle directory (rollout's copy)
+    releases: dict[str, str]                     # target → release id
+    keep: int = 3
+
+    def device(self, name: str) -> FleetDevice:
+        return next(d for d in self.devices if d.name == name)
+
+
+class DeviceOutcome(Frozen):
+    device: str
+    address: str
+    target: str
+    wave: int                                    # 1-based
+    status: DeviceStatus
+    reason: str = ""
+    failure: str = ""                            # error class: DeviceUnreachable, …
+    release: str = ""
+    previous: str | None = None
+    p90_before_ms: float | None = None
+    p90_after_ms: float | None = None
+    seconds: float = 0.0
+
+
+class WaveSummary(Frozen):
+    index: int                                   # 1-based
+    devices: tuple[str, ...]
+    updated: int
+    unchanged: int
+    failed: int
+    allowed_failures: str
+    halted: bool
+    seconds: float
+
+
+class FleetResult(Frozen):
+    id: str
+    app: str
+    status: Literal["completed", "halted", "interrupted", "running"]
+    halt_reason: str = ""
+    rolled_back: Literal["none", "wave", "all"] = "none"
+    releases: dict[str, str]
+    waves: tuple[WaveSummary, ...]
+    devices: tuple[DeviceOutcome, ...]
+    seconds: float
+    journal: str
