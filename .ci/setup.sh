@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
-              qemu-user-static binfmt-support debootstrap chromium)
+              qemu-user-static binfmt-support debootstrap chromium procps)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

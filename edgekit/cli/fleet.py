@@ -178,3 +178,27 @@ def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str |
     written = export_ansible(fleet_file, recipe, out, limit=limit)
     render.out.print(f"wrote {written.playbook} and {written.inventory}\n"
                      f"run: ansible-playbook -i {written.inventory} {written.playbook}")
+
+
+@fleet.command("check-outputs")
+@click.argument("release", type=click.Path(path_type=Path))
+@click.argument("outputs", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def fleet_check_outputs(release: Path, outputs: Path, as_json: bool) -> None:
+    """Compare a device's output_<i>.npy files with a release's golden outputs (what the
+    exported Ansible playbook runs on the controller). Exit 8 when they differ."""
+    from edgekit.errors import ValidationFailed
+    from edgekit.models.bundle import load_bundle
+    from edgekit.validate.compare import compare_output_files
+    bundle = load_bundle(release)
+    bundle.verify()
+    files = [outputs / f"output_{i}.npy" for i in range(len(bundle.manifest.outputs))]
+    report = compare_output_files(bundle, files, where=outputs.name)
+    if as_json:
+        render.emit_json(report.model_dump(mode="json"))
+    else:
+        render.validation_table(report)
+    if not report.ok:
+        raise ValidationFailed(f"outputs from {outputs.name} differ from the golden outputs",
+                               report=report)

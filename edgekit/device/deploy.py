@@ -207,7 +207,7 @@ def upload_release(conn: Connection, bundle: Bundle, app: str, release: str,
     if conn.run([*verify, target], check=False).returncode == 0:
         return 0, 0
     with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
-        extras = _release_extras(bundle, Path(tmp))
+        extras = release_extras(bundle, Path(tmp))
         staging = layout.staging_dir(app, secrets.token_hex(6))
         conn.mkdirs(f"{staging}/golden")
         sent = 0
@@ -223,7 +223,7 @@ def upload_release(conn: Connection, bundle: Bundle, app: str, release: str,
     return len(local_files), sent
 
 
-def _release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
+def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
     """run.env (what the run/bench shims execute) and SHA256SUMS over every release file."""
     m = bundle.manifest
     for rel in m.golden_inputs:  # they end up in a shell word list: plain names only

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.config.fleet import Fleet, RolloutPolicy, load_fleet
-from edgekit.config.recipe import Hooks, load_recipe
+from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
 from edgekit.device.bench import bench_round, remote_manifest
 from edgekit.device.deploy import Gate, deploy_bundle, release_id, restore_release
@@ -65,9 +65,7 @@ def update(options: UpdateOptions, on_event: Progress | None = None) -> FleetRes
         policy = RolloutPolicy.model_validate({**fleet.rollout.model_dump(), **options.policy})
     except ValueError as exc:
         raise ConfigError(f"invalid rollout option: {exc}", key="rollout") from None
-    hooks = Hooks.model_validate({**recipe.hooks.model_dump(exclude_none=True),
-                                  **fleet.hooks.model_dump(exclude_none=True,
-                                                           exclude_defaults=True)})
+    hooks = merged_hooks(recipe, fleet)
     now = datetime.datetime.now(datetime.timezone.utc)
     rollout_id = f"{safe_name(recipe.name, 'app')}-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
     directory = jr.rollouts_dir() / rollout_id
@@ -85,6 +83,13 @@ def update(options: UpdateOptions, on_event: Progress | None = None) -> FleetRes
         journal = jr.Journal(directory, on_event)
         journal.write("start", rollout=rollout_id, waves=[list(w) for w in plan.waves])
         return _execute(plan, directory, journal)
+
+
+def merged_hooks(recipe: Recipe, fleet: Fleet) -> Hooks:
+    """The recipe's hooks, with what the fleet file sets taking precedence."""
+    return Hooks.model_validate({**recipe.hooks.model_dump(exclude_none=True),
+                                 **fleet.hooks.model_dump(exclude_none=True,
+                                                          exclude_defaults=True)})
 
 
 def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> FleetResult:

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -191,8 +192,18 @@ def _add_user(device: LabDevice) -> None:
 def _remove_user(device: LabDevice) -> None:
     root = ["-R", device.chroot] if device.chroot else []
     passwd = Path(device.chroot + "/etc/passwd")
-    if any(line.startswith(f"{device.user}:") for line in passwd.read_text().splitlines()):
-        run_tool(["userdel", *root, device.user], what=f"removing the device user {device.user}")
+    entry = next((line.split(":") for line in passwd.read_text().splitlines()
+                  if line.startswith(f"{device.user}:")), None)
+    if entry is None:
+        return
+    # sessions a client keeps open (e.g. Ansible's ControlPersist) outlive sshd's listener
+    # and would make userdel refuse
+    subprocess.run(["pkill", "-KILL", "-U", entry[2]], check=False)
+    for _ in range(50):
+        if subprocess.run(["pgrep", "-U", entry[2]], capture_output=True).returncode != 0:
+            break
+        time.sleep(0.1)
+    run_tool(["userdel", *root, device.user], what=f"removing the device user {device.user}")
 
 
 def _start(device: LabDevice) -> None:

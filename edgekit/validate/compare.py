@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from edgekit.config.recipe import Tolerance
-from edgekit.models.report import OutputComparison
+from edgekit.models.report import OutputComparison, ValidationReport
 
 
 def looks_like_logits(expected: np.ndarray) -> bool:
@@ -58,3 +60,24 @@ def _cosine(a: np.ndarray, e: np.ndarray) -> float:
     if na == 0 or ne == 0:
         return 0.0
     return float(np.dot(a, e) / (na * ne))
+
+
+def compare_output_files(bundle, actual: list[Path], where: str,
+                         seconds: float = 0.0) -> ValidationReport:
+    """Outputs written by iree-run-module (`output_<i>.npy`, in signature order) against the
+    bundle's golden outputs and tolerances; a missing file fails its output."""
+    m = bundle.manifest
+    comparisons = []
+    for sig, path, golden in zip(m.outputs, actual, m.golden_outputs):
+        expected = np.load(bundle.file(golden), allow_pickle=False)
+        if not path.is_file():
+            comparisons.append(OutputComparison(
+                name=sig.name, shape=tuple(expected.shape), max_abs_error=float("inf"),
+                max_rel_error=float("inf"), cosine=float("nan"), ok=False,
+                problems=(f"no output file {path.name}",)))
+            continue
+        comparisons.append(compare_output(sig.name, np.load(path, allow_pickle=False),
+                                          expected, m.tolerances.for_output(sig.name)))
+    return ValidationReport(app=m.app, target=m.target, where=where,
+                            ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
+                            seconds=round(seconds, 4))

@@ -6,15 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-
 from edgekit.config.profiles import host_arch
 from edgekit.errors import CannotRunHere, ToolError
 from edgekit.models.bundle import Bundle, load_bundle
 from edgekit.models.report import ValidationReport
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import scratch_dir
-from edgekit.validate.compare import compare_output
+from edgekit.validate.compare import compare_output_files
 
 
 def host_cannot_run(bundle: Bundle) -> str | None:
@@ -47,15 +45,7 @@ def validate_local(path: str | Path) -> ValidationReport:
                                     hint="install a Vulkan driver (e.g. Mesa's llvmpipe: "
                                          "apt-get install mesa-vulkan-drivers)") from None
             raise
-        seconds = time.perf_counter() - started
-        comparisons = tuple(
-            compare_output(sig.name, np.load(actual, allow_pickle=False),
-                           np.load(bundle.file(golden), allow_pickle=False),
-                           m.tolerances.for_output(sig.name))
-            for sig, actual, golden in zip(m.outputs, outputs, m.golden_outputs))
-    return ValidationReport(app=m.app, target=m.target, where="host",
-                            ok=all(c.ok for c in comparisons), outputs=comparisons,
-                            seconds=round(seconds, 4))
+        return compare_output_files(bundle, outputs, "host", time.perf_counter() - started)
 
 
 def _no_vulkan_device(stderr: str) -> bool:

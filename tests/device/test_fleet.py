@@ -245,3 +245,38 @@ def test_a_killed_fleet_update_resumes_without_redoing_finished_devices(
     for device in twenty:
         assert current_of(device, "fleet") == releases[TARGETS[device.arch]], device.name
 
+
+
+def test_the_exported_ansible_playbook_runs_the_same_gated_rollout(twenty, write_recipe,
+                                                                  tmp_path):
+    devices = x86_of(twenty)[13:15]
+    hooks = "hooks: {after_activate: 'touch \"$HOME/ansible-$EDGEKIT_RELEASE\"'}\n"
+    fleet = fleet_file(tmp_path, devices, hooks=hooks, rollout="{canary: 1, waves: [100%]}")
+    good = recipe(write_recipe, "fleet-ansible", factory="conv_mean")
+    out = tmp_path / "ansible"
+    proc = edgekit("fleet", "export-ansible", "--fleet", str(fleet), "--recipe", str(good),
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run(["ansible-playbook", "rollout.yml"], cwd=out, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:]
+    release = next(line.split("edgekit_release=")[1].split()[0]
+                   for line in (out / "inventory.ini").read_text().splitlines()
+                   if "edgekit_release=" in line)
+    for device in devices:
+        assert current_of(device, "fleet-ansible") == release
+        assert device.host_path(f"{device.home}/ansible-{release}").is_file()
+    # a release that validates wrongly: the canary fails, is put back, the playbook stops
+    (tmp_path / "mali-unchecked.yaml").write_text(
+        "extends: vulkan-generic\nvulkan:\n  target: valhall\n")
+    fleet = fleet_file(tmp_path, devices, targets={d.name: str(tmp_path / "mali-unchecked.yaml")
+                                                   for d in devices},
+                       rollout="{canary: 1, waves: [100%]}")
+    proc = edgekit("fleet", "export-ansible", "--fleet", str(fleet), "--recipe", str(good),
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run(["ansible-playbook", "rollout.yml"], cwd=out, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode != 0
+    assert "compare with the golden outputs" in run.stdout and "wave 2" not in run.stdout
+    assert [current_of(d, "fleet-ansible") for d in devices] == [release, release]
