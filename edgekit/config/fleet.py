@@ -82,8 +82,11 @@ class RolloutPolicy(Frozen):
     max_p90_ratio: float | None = pydantic.Field(
         default=1.25, gt=1, description="latency gate: new p90 / replaced release's p90 on the "
                                         "same device; null disables the gate")
-    gate_repetitions: int = pydantic.Field(default=40, ge=4)
-    gate_rounds: int = pydantic.Field(default=4, ge=1)
+    gate_repetitions: int = pydantic.Field(default=50, ge=4, description="measured calls "
+                                           "per release, over all rounds")
+    gate_rounds: int = pydantic.Field(default=5, ge=1)
+    gate_round_s: float = pydantic.Field(default=0.2, gt=0, le=60,
+                                         description="shortest benchmark round per release")
     gate_threads: int = pydantic.Field(default=1, ge=1)
     rollback_on_halt: Literal["none", "wave", "all"] = "none"
 
@@ -122,6 +125,7 @@ class FleetDevice(Frozen):
     target: str
     labels: dict[str, str] = {}
     groups: tuple[str, ...] = ()
+    lab: bool = False        # an `edgekit lab` device: its CPUs are this machine's
 
 
 class Fleet(Frozen):
@@ -195,9 +199,11 @@ def _device(name: str, settings: dict, groups: tuple[str, ...], where: str,
         raise ConfigError(exc.what, where=where, key=f"devices.{name}", hint=exc.hint) from None
     host = settings.get("host") or name
     registered = load_registry().get(host)
+    lab = False
     if registered and not settings.get("user") and not settings.get("port"):
         address = parse_address(registered.address)
         identity = settings.get("identity") or registered.identity
+        lab = registered.lab
     else:
         try:
             address = parse_address(f"{settings.get('user') or 'root'}@{host}:"
@@ -215,7 +221,7 @@ def _device(name: str, settings: dict, groups: tuple[str, ...], where: str,
         key = base / key
     return FleetDevice(name=name, address=f"{address.user}@{address.host}:{address.port}",
                        identity=str(key), target=settings["target"],
-                       labels=dict(settings.get("labels", {})), groups=groups)
+                       labels=dict(settings.get("labels", {})), groups=groups, lab=lab)
 
 
 def _default_identity() -> str:

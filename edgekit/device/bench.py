@@ -115,14 +115,16 @@ class RoundRun:
 
 def bench_round(conn: Connection, arch: str, app: str, release: str, manifest: dict,
                 threads: int, repetitions: int, warmup: int,
-                conditions: bool = True) -> RoundRun:
-    """One benchmark process: `warmup` + `repetitions` calls, one per repetition. The device's
+                conditions: bool = True, calls_per_sample: int = 1) -> RoundRun:
+    """One benchmark process: `warmup` + `repetitions` samples, each one call (or the mean of
+    `calls_per_sample` calls, for calls too short to time one by one). The device's
     conditions are read before and after unless `conditions` is False (each read takes
     half a second of sampling)."""
     shims = layout.shims_dir(shim_version())
     runtime = layout.runtime_dir(manifest["compiler_version"], arch)
     before = read_conditions(conn) if conditions else Conditions()
-    flags = [f"--benchmark_repetitions={repetitions + warmup}", "--benchmark_min_time=1x"]
+    flags = [f"--benchmark_repetitions={repetitions + warmup}",
+             f"--benchmark_min_time={calls_per_sample}x"]
     if manifest["runtime_driver"] == "local-task":
         flags.append(f"--task_topology_group_count={threads}")
     result = conn.run(["sh", f"{shims}/bench.sh", runtime, layout.release_dir(app, release),

@@ -16,8 +16,10 @@ rename on the device, so it is either on the old release or the new one, never i
 from __future__ import annotations
 
 import datetime
+import math
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -42,6 +44,12 @@ from edgekit.models.fleet import FleetResult, RolloutPlan
 from edgekit.pipeline.build import BuildOptions, build
 from edgekit.transport.address import parse_address, safe_name
 from edgekit.transport.ssh import Connection, connect
+
+
+MAX_GATE_SAMPLES = 400     # per round: the benchmark's JSON grows ~0.7 kB per sample
+# Lab devices are sshd's on this machine: their benchmarks share its CPUs, so concurrent gates
+# measure each other (8 at once on 2 cores flagged identical models ×1.6). One at a time.
+LAB_CPUS = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -185,7 +193,8 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
             journal.write("device-start", device=name, wave=wave, previous=previous)
             gate = None
             if plan.policy.max_p90_ratio and previous and previous != release:
-                gate = latency_gate(plan.policy, plan.app, previous, measured)
+                gate = latency_gate(plan.policy, plan.app, previous, measured,
+                                    one_at_a_time=LAB_CPUS if device.lab else None)
             deploy_bundle(conn, bundle, keep=plan.keep, gate=gate, hooks=plan.hooks,
                           hooks_when_current=True, fallback=previous,
                           on_stage=lambda step: journal.write("device-step", device=name,
@@ -203,31 +212,64 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
                   p90_after_ms=measured.get("p90_after_ms"))
 
 
-def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:
-    """Bench `baseline` (the release being replaced) and the new release on the device, rounds
-    interleaved so load and clock drift hit both alike; fail when the new p90 exceeds
-    `max_p90_ratio` × the baseline's. Fills `measured` either way."""
+def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
+                 one_at_a_time: threading.Lock | None = None) -> Gate:
+    """Bench `baseline` (the release being replaced) and the new release on the device in
+    interleaved rounds, so load and clock drift hit both alike, and compare them round by
+    round (see `paired_p90_verdict`). Each round lasts at least `gate_round_s`; calls under
+    a millisecond are timed in batches (the sample is the batch's mean call) — timed one by
+    one, a 30 µs call's p90 measures the scheduler, not the model. Devices that share CPUs
+    pass a lock in `one_at_a_time`. Fills `measured`."""
     def gate(conn: Connection, info: DeviceInfo, release: str) -> dict:
+        if one_at_a_time is None:
+            return measure(conn, info, release)
+        with one_at_a_time:
+            return measure(conn, info, release)
+
+    def measure(conn: Connection, info: DeviceInfo, release: str) -> dict:
         manifests = {r: remote_manifest(conn, app, r) for r in (baseline, release)}
-        per_round = max(2, policy.gate_repetitions // policy.gate_rounds)
-        samples: dict[str, list[float]] = {baseline: [], release: []}
+        probe_run = bench_round(conn, info.arch, app, baseline, manifests[baseline],
+                                policy.gate_threads, 5, warmup=1, conditions=False)
+        call_ms = max(float(np.median(probe_run.samples_ms)), 1e-4)
+        batch = max(1, math.ceil(1.0 / call_ms))
+        per_round = min(MAX_GATE_SAMPLES, max(policy.gate_repetitions // policy.gate_rounds,
+                                              math.ceil(1e3 * policy.gate_round_s /
+                                                        (batch * call_ms))))
+        rounds: dict[str, list[list[float]]] = {baseline: [], release: []}
         for _ in range(policy.gate_rounds):
             for r in (baseline, release):
                 run = bench_round(conn, info.arch, app, r, manifests[r], policy.gate_threads,
-                                  per_round, warmup=2, conditions=False)
-                samples[r] += run.samples_ms
-        before = float(np.percentile(samples[baseline], 90))
-        after = float(np.percentile(samples[release], 90))
-        measured.update(p90_before_ms=round(before, 4), p90_after_ms=round(after, 4),
-                        ratio=round(after / before, 3) if before else None)
-        if before and after / before > policy.max_p90_ratio:
+                                  per_round, warmup=2, conditions=False,
+                                  calls_per_sample=batch)
+                rounds[r].append(run.samples_ms)
+        verdict = paired_p90_verdict(rounds[baseline], rounds[release], policy.max_p90_ratio)
+        measured.update(verdict, calls_per_sample=batch, samples_per_round=per_round)
+        if verdict["regressed"]:
             raise HealthGateFailed(
-                f"latency gate: p90 {after:.3f} ms vs {before:.3f} ms for the release it "
-                f"replaces ({baseline}), ×{after / before:.2f} > ×{policy.max_p90_ratio}; "
-                "not activated", where=str(conn.address),
+                f"latency gate: p90 {verdict['p90_after_ms']:.3f} ms vs "
+                f"{verdict['p90_before_ms']:.3f} ms for the release it replaces ({baseline}); "
+                f"per-round ratio ×{verdict['ratio']:.2f} > ×{policy.max_p90_ratio} in "
+                f"{verdict['rounds_over']} of {len(rounds[release])} rounds; not activated",
+                where=str(conn.address),
                 hint="compare with `edgekit bench`; raise rollout.max_p90_ratio if expected")
         return dict(measured)
     return gate
+
+
+def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
+                       max_ratio: float) -> dict:
+    """Round i of `after` against round i of `before` (benched back to back): the release
+    regressed when the median per-round p90 ratio exceeds `max_ratio` AND the rounds agree
+    (all, or all but one from 4 rounds up). Pooled p90s of short rounds flagged identical
+    models ×1.5–2 on a loaded machine; paired, longer rounds do not."""
+    ratios = [float(np.percentile(a, 90) / np.percentile(b, 90)) for b, a in zip(before, after)]
+    needed = len(ratios) - 1 if len(ratios) >= 4 else len(ratios)
+    over = sum(r > max_ratio for r in ratios)
+    median = float(np.median(ratios))
+    return {"p90_before_ms": round(float(np.percentile(sum(before, []), 90)), 4),
+            "p90_after_ms": round(float(np.percentile(sum(after, []), 90)), 4),
+            "ratio": round(median, 3), "rounds_over": over,
+            "regressed": median > max_ratio and over >= needed}
 
 
 def _roll_back(plan: RolloutPlan, journal: jr.Journal, state: jr.JournalState) -> None:

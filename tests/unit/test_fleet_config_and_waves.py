@@ -131,3 +131,16 @@ def test_waves_follow_ansible_serial_with_a_canary_per_target():
 ])
 def test_max_fail_halts_when_exceeded_not_when_equalled(failed, size, limit, expected):
     assert halts(failed, size, limit) is expected
+
+
+def test_the_latency_gate_needs_the_rounds_to_agree_not_one_noisy_round():
+    from edgekit.fleet.rollout import paired_p90_verdict
+    base = [[1.0] * 20 for _ in range(5)]
+    slow = [[2.0] * 20 for _ in range(5)]
+    assert paired_p90_verdict(base, slow, 1.25)["regressed"]
+    one_noisy = [[1.0] * 20, [1.0] * 20, [9.0] * 20, [1.02] * 20, [0.98] * 20]
+    verdict = paired_p90_verdict(base, one_noisy, 1.25)
+    assert not verdict["regressed"] and verdict["rounds_over"] == 1
+    # three of five rounds slower is not enough agreement
+    mixed = [[2.0] * 20, [2.0] * 20, [2.0] * 20, [1.0] * 20, [1.0] * 20]
+    assert not paired_p90_verdict(base, mixed, 1.25)["regressed"]
