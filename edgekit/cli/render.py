@@ -201,7 +201,8 @@ def fleet_result(result) -> None:
                       escape(d.reason))
     out.print(table)
     for w in result.waves:
-        state = "[red]halted[/]" if w.halted else "[green]passed[/]"
+        state = "[red]halted[/]" if w.halted else "[green]passed[/]" if w.complete \
+            else "[yellow]incomplete[/]"
         out.print(f"wave {w.index}: {len(w.devices)} device(s), {w.updated} updated, "
                   f"{w.unchanged} unchanged, {w.failed} failed (allowed {w.allowed_failures})"
                   f" — {state} in {w.seconds:.1f} s")

@@ -179,7 +179,7 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
             unchanged=sum(o.status == "unchanged" for o in mine),
             failed=sum(o.status == "failed" for o in mine),
             allowed_failures=_allowed(plan, len(names)),
-            halted=bool(done and done.get("halted")),
+            halted=bool(done and done.get("halted")), complete=done is not None,
             seconds=round((done or {}).get("ts", state.waves_started.get(index, 0.0))
                           - state.waves_started.get(index, 0.0), 2)))
     if state.finished:

@@ -55,6 +55,7 @@ class WaveSummary(Frozen):
     failed: int
     allowed_failures: str
     halted: bool
+    complete: bool                               # False: interrupted or still running
     seconds: float
 
 
