@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgekit import BuildOptions, build
-from edgekit.device.deploy import _release_extras
+from edgekit.device.deploy import release_extras
 from edgekit.toolchain.iree import tool_path
 
 SHIMS = Path(__file__).resolve().parents[2] / "runtime_shims"
@@ -74,7 +74,7 @@ def host_release(tmp_path_factory):
     runtime.mkdir(parents=True)
     for tool in ("iree-run-module", "iree-benchmark-module"):
         (runtime / tool).symlink_to(tool_path(tool))
-    for extra in _release_extras(bundle, root / "bundle"):
+    for extra in release_extras(bundle, root / "bundle"):
         assert extra.parent == root / "bundle"
     return bundle, runtime.parent
 
