@@ -54,13 +54,16 @@ def cli() -> None:
               "[default: build/<app>-<target>]")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
 @click.option("--tar", is_flag=True, help="also write the bundle as <out>.tar")
+@click.option("--no-tuned", is_flag=True, help="ignore `edgekit tune`'s choice: the profile's "
+              "default lowering and flags")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool,
-          as_json: bool) -> None:
+          no_tuned: bool, as_json: bool) -> None:
     """Build a deployable bundle for a target from a recipe."""
     from edgekit.pipeline.build import BuildOptions, build as run_build
-    options = BuildOptions(recipe=recipe, target=target, out=out, use_cache=not no_cache, tar=tar)
+    options = BuildOptions(recipe=recipe, target=target, out=out, use_cache=not no_cache, tar=tar,
+                           use_tuned=not no_tuned)
     if as_json:
         render.emit_json(render.build_json(run_build(options)))
         return
@@ -552,7 +555,9 @@ def bench_report(app: str | None, html: Path) -> None:
     render.out.print(f"report: {html} ({len(results)} results)")
 
 
-from edgekit.cli import fleet as _fleet_commands  # noqa: E402,F401  (registers `edgekit fleet`)
+# command groups in their own modules register themselves on `cli`
+from edgekit.cli import fleet as _fleet_commands  # noqa: E402,F401
+from edgekit.cli import tune as _tune_command  # noqa: E402,F401
 
 
 def main() -> None:

@@ -36,6 +36,10 @@ def build_summary(result: BuildResult) -> None:
         note += f" — {m.lowering.note}"
     out.print(f"  lowering: {m.lowering.used}{note} (requested {m.lowering.requested}); "
               f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
+    if m.tuning:
+        t = m.tuning
+        out.print(f"  tuned variant: {t.variant} (p50 {t.p50_ms:.4f} ms at {t.threads} thread(s) "
+                  f"on {t.measured_on}, {t.tuned_at}); `--no-tuned` for the profile default")
     if result.stage_seconds and not result.cached:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.stage_seconds.items())
         out.print(f"  stages: {stages}")

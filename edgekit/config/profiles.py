@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -42,6 +43,32 @@ class RuntimeSpec(Frozen):
     driver: Literal["local-sync", "local-task", "vulkan"] = "local-task"
 
 
+class TuneSpec(Frozen):
+    """What `edgekit tune` tries for this target: named iree-compile flag sets (added after the
+    profile's `flags`) and runtime thread counts. `default` (no extra flags) is always tried."""
+
+    flag_sets: dict[str, tuple[str, ...]] = pydantic.Field(default_factory=dict)
+    threads: tuple[int, ...] = (1,)
+
+    @pydantic.field_validator("flag_sets")
+    @classmethod
+    def _flags_look_like_flags(cls, sets: dict[str, tuple[str, ...]]) -> dict:
+        for name, flags in sets.items():
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$", name):
+                raise ValueError(f"flag set names use letters, digits, . + _ - (got {name!r})")
+            for flag in flags:
+                if not flag.startswith("--"):
+                    raise ValueError(f"flag set {name!r}: flags start with '--' (got {flag!r})")
+        return sets
+
+    @pydantic.field_validator("threads")
+    @classmethod
+    def _threads_positive(cls, threads: tuple[int, ...]) -> tuple[int, ...]:
+        if not threads or min(threads) < 1:
+            raise ValueError("threads: one or more counts >= 1")
+        return threads
+
+
 class Target(Frozen):
     """A resolved target profile (after `extends:`)."""
 
@@ -58,6 +85,8 @@ class Target(Frozen):
         default=("tosa", "linalg", "torch"),
         description="lowerings in order of preference; `lowering: auto` tries them in order")
     flags: tuple[str, ...] = pydantic.Field(default=(), description="extra iree-compile flags")
+    tune: TuneSpec = pydantic.Field(default_factory=lambda: TuneSpec(),
+                                    description="flag sets and threads `edgekit tune` tries")
     source: str = pydantic.Field(default="", description="file the profile came from")
 
     @pydantic.field_validator("arch", mode="before")

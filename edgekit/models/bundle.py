@@ -46,6 +46,20 @@ class LoweringRecord(Frozen):
     note: str = ""  # why this order (e.g. what `edgekit check` learned)
 
 
+class TuningNote(Frozen):
+    """The variant `edgekit tune` chose for this model and target, and what it measured."""
+
+    variant: str                    # "<lowering>/<flag set>"
+    lowering: str
+    flag_set: str
+    flags: tuple[str, ...]
+    threads: int
+    p50_ms: float
+    default_p50_ms: float | None = None
+    measured_on: str
+    tuned_at: str
+
+
 class Manifest(Frozen):
     schema_version: int = SCHEMA_VERSION
     app: str
@@ -67,6 +81,7 @@ class Manifest(Frozen):
     golden_outputs: tuple[str, ...]
     tolerances: Validation
     lowering: LoweringRecord
+    tuning: TuningNote | None = None
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")
 

@@ -6,6 +6,7 @@ lower+compile → package. A cache hit skips the last three, which hold nearly a
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.config.profiles import Target, load_target
-from edgekit.models.bundle import Bundle, load_bundle, sha256_file, write_tar
+from edgekit.models.bundle import (Bundle, TuningNote, load_bundle, sha256_file, write_manifest,
+                                   write_tar)
 from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.export import ExportedModel, export_model
 from edgekit.pipeline.load import LoadedModel, load_model
@@ -28,12 +30,35 @@ from edgekit.toolchain.versions import toolchain_versions
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A lowering + named flag set: what `edgekit tune` compares and chooses."""
+
+    lowering: str
+    flag_set: str
+    flags: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.lowering}/{self.flag_set}"
+
+    def applied_to(self, recipe: Recipe) -> Recipe:
+        """The recipe with this lowering, and this set's flags before the recipe's own."""
+        compile_options = recipe.compile.model_copy(
+            update={"flags": (*self.flags, *recipe.compile.flags)})
+        tuned = recipe.model_copy(update={"lowering": self.lowering, "compile": compile_options})
+        tuned._path = recipe.path
+        return tuned
+
+
+@dataclass(frozen=True)
 class BuildOptions:
     recipe: Path
     target: str
     out: Path | None = None         # default: build/<app>-<target>
     use_cache: bool = True
     tar: bool = False               # also write <out>.tar
+    use_tuned: bool = True          # apply `edgekit tune`'s choice for this model and target
+    variant: Variant | None = None  # build this lowering + flag set instead (tune's candidates)
 
 
 @dataclass(frozen=True)
@@ -86,6 +111,15 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         ctx = BuildContext(recipe, target, workdir, workdir / "bundle",
                            reproducer_dir=out.parent / f"{out.name}.repro")
         exported = run_plan(FRONT, ctx, recipe, timings, on_stage)
+        variant, tuning = options.variant, None
+        if variant is None and options.use_tuned and recipe.lowering == "auto":
+            from edgekit.pipeline.tune import tuned_choice
+            tuning = tuned_choice(exported.digest, target)
+            if tuning is not None:
+                variant = Variant(tuning.lowering, tuning.flag_set, tuning.flags)
+        if variant is not None:
+            recipe = variant.applied_to(recipe)
+            ctx = dataclasses.replace(ctx, recipe=recipe)
         key = build_key(recipe, target, exported)
         cache = BuildCache()
         entry = cache.lookup(key) if options.use_cache else None
@@ -94,6 +128,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
             entry = cache.store(key, bundle.path)
         _publish(entry, out)
+        _record_tuning(out, tuning)
     finally:
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
@@ -109,10 +144,18 @@ def build_key(recipe: Recipe, target: Target, exported: ExportedModel) -> str:
         "model": exported.digest,
         "recipe": recipe.model_dump(mode="json"),
         "samples": sha256_file(recipe.resolve(recipe.samples)) if recipe.samples else None,
-        "target": target.model_dump(mode="json", exclude={"source"}),
+        "target": target.model_dump(mode="json", exclude={"source", "tune"}),
         "toolchain": toolchain_versions(),
         "bundle_schema": 1,
     })
+
+
+def _record_tuning(out: Path, tuning: TuningNote | None) -> None:
+    """The tuning note lives in the published manifest only: it is not part of the module's
+    bytes (nor of the release id), so re-tuning to the same variant stays a cache hit."""
+    bundle = load_bundle(out)
+    if bundle.manifest.tuning != tuning:
+        write_manifest(out, bundle.manifest.model_copy(update={"tuning": tuning}))
 
 
 def _publish(entry: Path, out: Path) -> None:

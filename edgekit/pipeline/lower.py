@@ -118,7 +118,8 @@ def save_reproducer(directory: Path, module: bytes | None, diagnostics: str,
 
 def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path) -> LoweringError:
     ops = tuple(dict.fromkeys(op for a in attempts for op in a.ops))
-    stages = ", ".join(f"{a.lowering}: {a.stage}" + (f" ({', '.join(a.ops)})" if a.ops else "")
+    stages = ", ".join(f"{a.lowering}: {a.stage}" + (f" ({', '.join(a.ops)})" if a.ops else
+                                                      f" ({_first_error_line(a.error)})")
                        for a in attempts)
     tried = [a.lowering for a in attempts]
     others = [lw for lw in ("tosa", "linalg", "torch") if lw not in tried]
@@ -127,6 +128,13 @@ def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path) -> Loweri
     return LoweringError(_ops_sentence(ops, "no lowering produced a module") + f" [{stages}]",
                          stage="lower+compile", ops=ops, reproducer=str(reproducer_dir),
                          hint=hint)
+
+
+def _first_error_line(error: str) -> str:
+    """The diagnostic that names the problem (e.g. an unknown flag) when no op is named."""
+    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
+    named = [ln for ln in lines if "error" in ln.lower()] or lines or ["no diagnostics"]
+    return named[0][:200]
 
 
 def _ops_sentence(ops: tuple[str, ...], base: str) -> str:

@@ -127,3 +127,29 @@ def test_probe_reports_the_devices_own_view(arm_device):
     assert info.has_cpu_feature("neon") is True  # from AT_HWCAP, right under emulation
     proc = edgekit("probe", arm_device.name, "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["arch"] == "aarch64"
+
+
+def test_tune_measures_on_the_device_and_never_activates_a_candidate(write_recipe, arm_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="tuned-pi", factory="linear_softmax"))
+    proc = edgekit("tune", "--recipe", str(recipe), "--target", "rpi4", "--host",
+                   arm_device.name, "--flag-sets", "default,data-tiling", "--lowerings",
+                   "tosa,linalg", "--threads", "1", "--rounds", "2", "--repetitions", "6",
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["measured_on"] == arm_device.name
+    assert [c["status"] for c in record["candidates"]] == ["ok"] * 4
+    assert current_of(arm_device, "tuned-pi") is None and releases_on(arm_device,
+                                                                       "tuned-pi") == set()
+
+
+def test_tune_reports_candidates_that_validate_wrongly_on_the_device(write_recipe, x86_device,
+                                                                    tmp_path):
+    (tmp_path / "mali-unchecked.yaml").write_text(
+        "extends: vulkan-generic\nvulkan:\n  target: valhall\n")
+    recipe = write_recipe(TINY_RECIPE.format(name="tuned-mali", factory="conv_mean"))
+    proc = edgekit("tune", "--recipe", str(recipe), "--target",
+                   str(tmp_path / "mali-unchecked.yaml"), "--host", x86_device.name,
+                   "--lowerings", "tosa", "--rounds", "2", "--repetitions", "4")
+    assert proc.returncode == 2
+    assert "no candidate variant validated" in proc.stderr and "invalid" in proc.stderr

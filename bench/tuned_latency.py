@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Tuned latency: edgekit-tuned modules vs every single flag set vs onnxruntime vs PyTorch eager.
+
+For each reference model (MobileNetV2-like and ResNet18-like CNNs at 224², a transformer encoder
+over 128 tokens, the keyword-spotting MLP) this runs `edgekit tune` for `host` (builds are
+cached, so a second run only re-measures), then times in ONE process, interleaved round by
+round so machine noise hits all alike, at 1 and 2 threads:
+
+  * the untuned build (the profile's default lowering, no extra flags),
+  * each flag set of the profile with its best lowering for that thread count,
+  * the tuned variant for that thread count,
+  * onnxruntime (= 1.00×) and PyTorch eager,
+
+and prints ratios to onnxruntime. "best single set" is the one flag set that is best across all
+models (geometric mean): what a fixed profile would give; tuned must be at least as good.
+
+    python bench/tuned_latency.py                       # all four models (~15 min cold)
+    python bench/tuned_latency.py --models kws_mlp --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from host_latency import iree_runner, ort_runner, time_interleaved, torch_runner  # noqa: E402
+
+from edgekit import load_recipe  # noqa: E402
+from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
+from edgekit.pipeline.load import load_model  # noqa: E402
+from edgekit.pipeline.tune import TuneOptions, tune  # noqa: E402
+
+MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
+          "text_encoder": "text_encoder.yaml", "kws_mlp": "kws_mlp.yaml"}
+THREADS = (1, 2)
+
+
+def best_by_set(record, threads: int) -> dict[str, object]:
+    """flag set → its fastest valid candidate at `threads` (any lowering)."""
+    best: dict[str, object] = {}
+    for c in record.candidates:
+        if c.status == "ok" and c.threads == threads:
+            if c.flag_set not in best or c.p50_ms < best[c.flag_set].p50_ms:
+                best[c.flag_set] = c
+    return best
+
+
+def module_of(recipe: Path, candidate, key: str) -> Path:
+    variant = Variant(candidate.lowering, candidate.flag_set, tuple(candidate.flags))
+    out = Path("/tmp/edgekit-bench-tuned") / key / variant.name.replace("/", "_")
+    return build(BuildOptions(recipe=recipe, target="host", out=out, variant=variant)).bundle.module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
+    parser.add_argument("--lowerings", default="tosa,linalg")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--seconds", type=float, default=30.0, help="timing budget per model")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    opts = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    rows = []
+    for key in opts.models.split(","):
+        recipe = ROOT / "recipes" / MODELS[key]
+        print(f"tuning {key}…", file=sys.stderr, flush=True)
+        record = tune(TuneOptions(recipe=recipe, target="host", threads=THREADS,
+                                  lowerings=tuple(opts.lowerings.split(",")), rounds=5,
+                                  repetitions=20))
+        bundle = build(BuildOptions(recipe=recipe, target="host", use_tuned=False,
+                                    out=Path("/tmp/edgekit-bench-tuned") / key / "untuned")).bundle
+        inputs = [np.load(bundle.file(p)) for p in bundle.manifest.golden_inputs]
+        model = load_model(load_recipe(recipe)).model
+        runners, chosen = {}, {}
+        for t in THREADS:
+            per_set = best_by_set(record, t)
+            chosen[t] = {name: c for name, c in per_set.items()}
+            runners[f"untuned/{t}"] = iree_runner(bundle.module, inputs, t)
+            for name, c in per_set.items():
+                runners[f"set:{name}/{t}"] = iree_runner(module_of(recipe, c, key), inputs, t)
+            tuned = min(per_set.values(), key=lambda c: c.p50_ms)
+            chosen[t]["(tuned)"] = tuned
+            runners[f"tuned/{t}"] = iree_runner(module_of(recipe, tuned, key), inputs, t)
+            runners[f"onnxruntime/{t}"] = ort_runner(model, inputs, t)
+            runners[f"torch/{t}"] = torch_runner(model, inputs, t)
+        print(f"timing {key} ({len(runners)} runners)…", file=sys.stderr, flush=True)
+        timing = time_interleaved(runners, opts.rounds, opts.seconds)
+        for t in THREADS:
+            ort_ms = timing[f"onnxruntime/{t}"]["median_ms"]
+            row = {"model": key, "threads": t, "onnxruntime_ms": round(ort_ms, 4),
+                   "tuned_variant": chosen[t]["(tuned)"].variant,
+                   "untuned_variant": record.default_variant}
+            for name, value in timing.items():
+                runner, _, threads = name.rpartition("/")
+                if int(threads) == t:
+                    row[f"{runner}_x_ort"] = round(value["median_ms"] / ort_ms, 3)
+            rows.append(row)
+    report(rows)
+    if opts.json:
+        opts.json.write_text(json.dumps(rows, indent=2))
+
+
+def report(rows: list[dict]) -> None:
+    sets = sorted({k[len("set:"):-len("_x_ort")] for r in rows for k in r
+                   if k.startswith("set:")})
+    for t in THREADS:
+        mine = [r for r in rows if r["threads"] == t]
+        geo = {s: math.exp(sum(math.log(r.get(f"set:{s}_x_ort", math.inf)) for r in mine)
+                           / len(mine)) for s in sets}
+        best = min(geo, key=geo.get)
+        print(f"\n{t} thread(s) — ratios to onnxruntime (lower is better); best single flag "
+              f"set across models: {best}")
+        print(f"{'model':<14}{'ort ms':>9}{'torch':>8}{'untuned':>9}{'best set':>10}"
+              f"{'tuned':>8}  tuned variant")
+        for r in mine:
+            print(f"{r['model']:<14}{r['onnxruntime_ms']:>9.3f}{r['torch_x_ort']:>7.2f}x"
+                  f"{r['untuned_x_ort']:>8.2f}x{r.get(f'set:{best}_x_ort', math.inf):>9.2f}x"
+                  f"{r['tuned_x_ort']:>7.2f}x  {r['tuned_variant']}")
+        print("per flag set:", ", ".join(
+            f"{s} " + "/".join(f"{r.get(f'set:{s}_x_ort', math.inf):.2f}" for r in mine)
+            for s in sets))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""`edgekit tune`: pick the fastest validated lowering × flag set × threads by measuring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from edgekit.cli import render
+from edgekit.cli.main import HOST_HELP, cli, handle_errors
+
+
+def _csv(text: str | None) -> tuple[str, ...] | None:
+    return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
+
+
+@cli.command()
+@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
+@click.option("--target", required=True, help="target profile name or YAML path")
+@click.option("--host", help="measure on this device (" + HOST_HELP + "); needed for targets "
+              "this machine cannot run")
+@click.option("--identity", type=click.Path(path_type=Path), help="private key for --host")
+@click.option("--lowerings", help="e.g. tosa,linalg [default: the profile's]")
+@click.option("--flag-sets", help="names from the profile's tune.flag_sets [default: all]")
+@click.option("--threads", help="e.g. 1,2 [default: the profile's tune.threads]")
+@click.option("--rounds", default=5, show_default=True, help="benchmark rounds (interleaved)")
+@click.option("--repetitions", default=30, show_default=True,
+              help="measured calls per candidate and thread count")
+@click.option("--no-cache", is_flag=True, help="rebuild the candidates")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
+         lowerings: str | None, flag_sets: str | None, threads: str | None, rounds: int,
+         repetitions: int, no_cache: bool, as_json: bool) -> None:
+    """Build, validate and benchmark lowering × flag set × threads variants; record the
+    fastest valid one so that `build` and `deploy` use it."""
+    from edgekit.errors import ConfigError
+    from edgekit.pipeline.tune import TuneOptions, tune as run_tune
+    try:
+        thread_counts = tuple(int(t) for t in _csv(threads)) if threads else None
+    except ValueError:
+        raise ConfigError(f"--threads takes numbers, e.g. 1,2 (got {threads!r})",
+                          key="threads") from None
+    options = TuneOptions(recipe=recipe, target=target, host=host, identity=identity,
+                          lowerings=_csv(lowerings), flag_sets=_csv(flag_sets),
+                          threads=thread_counts, rounds=rounds, repetitions=repetitions,
+                          use_cache=not no_cache)
+    if as_json:
+        render.emit_json(run_tune(options).model_dump(mode="json"))
+        return
+    with render.err.status("tuning…") as status:
+        record = run_tune(options, on_progress=lambda text: status.update(escape(text)))
+    tuning_table(record)
+
+
+def tuning_table(record) -> None:
+    table = Table(title=f"tuning {record.app} for {record.target} (measured on "
+                        f"{record.measured_on})")
+    for col in ("variant", "threads", "p50 ms", "speed-up", "module", "result"):
+        table.add_column(col, justify="right" if col in ("threads", "p50 ms", "speed-up",
+                                                         "module") else "left")
+    # against the untuned build at the same thread count
+    defaults = {c.threads: c.p50_ms for c in record.candidates
+                if c.variant == record.default_variant and c.p50_ms}
+    for c in record.candidates:
+        chosen = c == record.chosen
+        base = defaults.get(c.threads)
+        ratio = f"×{base / c.p50_ms:.2f}" if c.p50_ms and base else "-"
+        result = "[bold green]chosen[/]" if chosen else "[green]ok[/]" if c.status == "ok" \
+            else f"[red]{c.status}[/] {escape(c.reason[:120])}"
+        table.add_row(c.variant, str(c.threads), "-" if c.p50_ms is None else f"{c.p50_ms:.4f}",
+                      ratio, f"{c.module_bytes:,}" if c.module_bytes else "-", result)
+    render.out.print(table)
+    c = record.chosen
+    speedup = f", ×{record.default_p50_ms / c.p50_ms:.2f} faster than the untuned " \
+        f"{record.default_variant}" if record.default_p50_ms else ""
+    render.out.print(f"chosen: {c.variant} at {c.threads} thread(s), p50 {c.p50_ms:.4f} ms"
+                     f"{speedup}; `edgekit build` and `deploy` use it from now on "
+                     "(`--no-tuned` for the profile's default)")

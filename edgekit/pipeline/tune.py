@@ -1,0 +1,350 @@
+"""`edgekit tune`: measure lowering × flag set × threads for one model and target, keep the
+fastest variant that validates, and make builds use it.
+
+Candidates are ordinary builds with the variant applied (so each is cached: re-tuning only
+re-measures). Each is validated against the golden outputs where it will run — on this machine
+for a target it can execute, else on the device given by `--host` (uploaded as a release
+directory, never activated) — and benchmarked there with iree-benchmark-module, one call per
+sample, in rounds interleaved across candidates so drift hits all alike. The score is the
+median of the per-round medians. The choice is recorded per model digest, target and
+toolchain version in $EDGEKIT_HOME/tuning/, and `edgekit build` / `deploy` use it from then on
+(the manifest says so; `--no-tuned` builds the profile's default).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.config.paths import edgekit_home
+from edgekit.config.profiles import Target, host_arch, load_target
+from edgekit.config.recipe import load_recipe
+from edgekit.config.schema_base import Frozen
+from edgekit.errors import ConfigError, EdgekitError, ToolError
+from edgekit.models.bundle import Bundle, TuningNote
+from edgekit.pipeline.build import BuildOptions, Variant, build
+from edgekit.toolchain import iree
+from edgekit.toolchain.versions import toolchain_versions
+
+DEFAULT_SET = "default"
+
+
+class CandidateResult(Frozen):
+    lowering: str
+    flag_set: str
+    flags: tuple[str, ...]
+    threads: int
+    status: str                       # ok | build-failed | invalid | bench-failed
+    reason: str = ""
+    p50_ms: float | None = None       # median of the per-round medians
+    round_p50_ms: tuple[float, ...] = ()
+    module_bytes: int = 0
+
+    @property
+    def variant(self) -> str:
+        return f"{self.lowering}/{self.flag_set}"
+
+
+class TuningRecord(Frozen):
+    model_digest: str
+    app: str
+    target: str
+    toolchain: dict[str, str]
+    measured_on: str
+    created_at: str
+    chosen: CandidateResult
+    default_variant: str              # what a build without tuning produces
+    default_p50_ms: float | None      # its p50 at the chosen thread count
+    candidates: tuple[CandidateResult, ...]
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    recipe: Path
+    target: str
+    host: str | None = None           # a device, for targets this machine cannot run
+    identity: Path | None = None
+    lowerings: tuple[str, ...] | None = None    # default: the profile's
+    flag_sets: tuple[str, ...] | None = None    # default: all the profile lists
+    threads: tuple[int, ...] | None = None      # default: the profile's tune.threads
+    rounds: int = 5
+    repetitions: int = 30             # measured calls per candidate and thread count
+    use_cache: bool = True
+
+
+Progress = Callable[[str], None]
+
+
+def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRecord:
+    say = on_progress or (lambda _: None)
+    recipe = load_recipe(options.recipe)
+    target = load_target(options.target)
+    variants = candidate_variants(target, options.lowerings, options.flag_sets)
+    threads = tuple(dict.fromkeys(options.threads or target.tune.threads))
+    if target.runtime.driver != "local-task":
+        threads = (1,)        # local-sync / Vulkan: CPU threads do not apply
+    with tempfile.TemporaryDirectory(prefix="edgekit-tune-") as tmp:
+        built: list[tuple[Variant, Bundle]] = []
+        failed: list[CandidateResult] = []
+        for i, variant in enumerate(variants, start=1):
+            say(f"building {variant.name} ({i}/{len(variants)})")
+            try:
+                result = build(BuildOptions(recipe=options.recipe, target=options.target,
+                                            out=Path(tmp) / f"candidate-{i}",
+                                            use_cache=options.use_cache, variant=variant))
+            except EdgekitError as exc:
+                failed += [_result(variant, t, "build-failed", _one_line(exc)) for t in threads]
+                continue
+            if result.bundle.manifest.lowering.used != variant.lowering:
+                continue  # cannot happen with a forced lowering; kept as a guard
+            built.append((variant, result.bundle))
+        if not built:
+            raise ConfigError("no candidate variant built", key="tune",
+                              hint="; ".join(f"{c.variant}: {c.reason}" for c in failed[:4]))
+        bench = _bench_here(target) if options.host is None else None
+        if bench is None:
+            results = _tune_on_device(options, target, built, threads, say)
+        else:
+            results = _tune_here(options, built, threads, say)
+    results += failed
+    valid = [r for r in results if r.status == "ok"]
+    if not valid:
+        raise ConfigError("no candidate variant validated", key="tune",
+                          hint="; ".join(f"{r.variant} ({r.threads}t): {r.status} {r.reason}"
+                                         for r in results[:6]))
+    chosen = min(valid, key=lambda r: r.p50_ms)
+    # without tuning, a build takes the profile's first lowering that works, with no extra flags
+    default_variant = next((f"{lw}/{DEFAULT_SET}" for lw in target.lowering
+                            if any(r.variant == f"{lw}/{DEFAULT_SET}" for r in valid)), "")
+    default = next((r for r in valid if r.variant == default_variant
+                    and r.threads == chosen.threads), None)
+    record = TuningRecord(
+        model_digest=built[0][1].manifest.model_digest, app=recipe.name, target=target.name,
+        toolchain=toolchain_versions(), measured_on=options.host or "host",
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        chosen=chosen, default_variant=default_variant,
+        default_p50_ms=default.p50_ms if default else None,
+        candidates=tuple(sorted(results, key=lambda r: (r.p50_ms is None, r.p50_ms or 0))))
+    _store(record, target)
+    return record
+
+
+def candidate_variants(target: Target, lowerings: tuple[str, ...] | None,
+                       flag_sets: tuple[str, ...] | None) -> list[Variant]:
+    sets = {DEFAULT_SET: (), **target.tune.flag_sets}
+    names = flag_sets or tuple(sets)
+    unknown = [n for n in names if n not in sets]
+    if unknown:
+        raise ConfigError(f"unknown flag set(s) {', '.join(unknown)} for {target.name}",
+                          key="flag-sets", hint=f"the profile lists: {', '.join(sets)}")
+    chosen_lowerings = lowerings or target.lowering
+    bad = [lw for lw in chosen_lowerings if lw not in ("tosa", "linalg", "torch")]
+    if bad:
+        raise ConfigError(f"unknown lowering(s) {', '.join(bad)}", key="lowerings",
+                          hint="choose from tosa, linalg, torch")
+    return [Variant(lw, name, tuple(sets[name])) for lw in chosen_lowerings for name in names]
+
+
+def _result(variant: Variant, threads: int, status: str, reason: str = "",
+            **fields) -> CandidateResult:
+    return CandidateResult(lowering=variant.lowering, flag_set=variant.flag_set,
+                           flags=variant.flags, threads=threads, status=status, reason=reason,
+                           **fields)
+
+
+def _one_line(exc: Exception) -> str:
+    text = exc.what if isinstance(exc, EdgekitError) else str(exc)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+
+
+def _bench_here(target: Target) -> bool | None:
+    """True when this machine can run the target's modules (so tuning measures here)."""
+    if target.backend == "llvm-cpu" and target.arch == host_arch():
+        return True
+    return None
+
+
+# --- on this machine ---------------------------------------------------------------------------
+
+def _tune_here(options: TuneOptions, built: list[tuple[Variant, Bundle]],
+               threads: tuple[int, ...], say: Progress) -> list[CandidateResult]:
+    from edgekit.validate.local import validate_local
+    results: list[CandidateResult] = []
+    measurable: list[tuple[Variant, Bundle]] = []
+    for variant, bundle in built:
+        say(f"validating {variant.name}")
+        try:
+            report = validate_local(bundle.path)
+        except EdgekitError as exc:
+            results += [_result(variant, t, "invalid", _one_line(exc)) for t in threads]
+            continue
+        if not report.ok:
+            problems = "; ".join(p for o in report.outputs for p in o.problems)
+            results += [_result(variant, t, "invalid", problems) for t in threads]
+            continue
+        measurable.append((variant, bundle))
+    samples = _interleaved(measurable, threads, options, say,
+                           lambda bundle, t, n: bench_local(bundle, t, n, warmup=3))
+    for (variant, bundle), per_thread in zip(measurable, samples):
+        size = bundle.module.stat().st_size
+        for t, rounds in per_thread.items():
+            results.append(_scored(variant, t, rounds, size))
+    return results
+
+
+def bench_local(bundle: Bundle, threads: int, repetitions: int, warmup: int) -> list[float]:
+    """Per-call ms from this machine's iree-benchmark-module on the bundle's golden inputs."""
+    from edgekit.device.bench import per_call_ms
+    m = bundle.manifest
+    argv = [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
+            f"--device={m.runtime_driver}", f"--function={m.entry_function}",
+            *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
+            "--benchmark_format=json", f"--benchmark_repetitions={repetitions + warmup}",
+            "--benchmark_min_time=1x"]
+    if m.runtime_driver == "local-task":
+        argv.append(f"--task_topology_group_count={threads}")
+    proc = subprocess.run(argv, capture_output=True, timeout=3600)
+    if proc.returncode != 0:
+        raise ToolError("iree-benchmark-module failed", argv=argv, returncode=proc.returncode,
+                        stderr_tail=proc.stderr.decode(errors="replace")[-2000:])
+    return per_call_ms(json.loads(proc.stdout))[warmup:]
+
+
+def _interleaved(measurable, threads, options: TuneOptions, say: Progress, run_round):
+    """rounds × candidates × threads, candidates interleaved inside each round."""
+    per_round = max(2, -(-options.repetitions // options.rounds))
+    samples = [{t: [] for t in threads} for _ in measurable]
+    for r in range(options.rounds):
+        for i, (variant, bundle) in enumerate(measurable):
+            for t in threads:
+                say(f"benchmarking round {r + 1}/{options.rounds}: {variant.name}, {t} thread(s)")
+                try:
+                    samples[i][t].append(run_round(bundle, t, per_round))
+                except EdgekitError as exc:
+                    samples[i][t].append(exc)
+    return samples
+
+
+def _scored(variant: Variant, threads: int, rounds: list, size: int) -> CandidateResult:
+    errors = [r for r in rounds if isinstance(r, Exception)]
+    if errors:
+        return _result(variant, threads, "bench-failed", _one_line(errors[0]), module_bytes=size)
+    medians = [float(np.median(r)) for r in rounds]
+    return _result(variant, threads, "ok", p50_ms=round(float(np.median(medians)), 5),
+                   round_p50_ms=tuple(round(m, 5) for m in medians), module_bytes=size)
+
+
+# --- on a device -------------------------------------------------------------------------------
+
+def _tune_on_device(options: TuneOptions, target: Target, built: list[tuple[Variant, Bundle]],
+                    threads: tuple[int, ...], say: Progress) -> list[CandidateResult]:
+    if options.host is None:
+        raise ConfigError(f"this machine cannot run {target.name} modules", key="host",
+                          hint="pass --host DEVICE to measure on the device")
+    from edgekit.config.devices import resolve_device
+    from edgekit.device import layout
+    from edgekit.device.bench import bench_round
+    from edgekit.device.deploy import release_id, upload_release, validate_on_device
+    from edgekit.device.probe import probe
+    from edgekit.device.provision import needs_provisioning, provision, shim_version
+    from edgekit.device.releases import current_release
+    from edgekit.transport.ssh import connect
+    address, key = resolve_device(options.host, options.identity)
+    results: list[CandidateResult] = []
+    with connect(address, key) as conn:
+        info = probe(conn)
+        first = built[0][1].manifest
+        if needs_provisioning(info, first.compiler_version):
+            say(f"provisioning {address}")
+            provision(conn, info, first.compiler_version)
+        shims = layout.shims_dir(shim_version())
+        runtime = layout.runtime_dir(first.compiler_version, info.arch)
+        app = first.app
+        keep = current_release(conn, app)
+        measurable, uploaded = [], []
+        try:
+            for variant, bundle in built:
+                release = release_id(bundle)
+                say(f"validating {variant.name} on {address}")
+                upload_release(conn, bundle, app, release, shims)
+                uploaded.append(release)
+                report = validate_on_device(conn, bundle, layout.release_dir(app, release),
+                                            runtime, shims)
+                if not report.ok:
+                    problems = "; ".join(p for o in report.outputs for p in o.problems)
+                    results += [_result(variant, t, "invalid", problems) for t in threads]
+                    continue
+                measurable.append((variant, bundle))
+
+            def run_round(bundle: Bundle, t: int, n: int) -> list[float]:
+                manifest = bundle.manifest.model_dump(mode="json")
+                return bench_round(conn, info.arch, app, release_id(bundle), manifest, t, n,
+                                   warmup=3, conditions=False).samples_ms
+            samples = _interleaved(measurable, threads, options, say, run_round)
+        finally:
+            for release in uploaded:      # candidates are never activated; keep what was
+                if release != keep:
+                    conn.run(["rm", "-rf", "--", layout.release_dir(app, release)], check=False)
+    for (variant, bundle), per_thread in zip(measurable, samples):
+        for t, rounds in per_thread.items():
+            results.append(_scored(variant, t, rounds, bundle.module.stat().st_size))
+    return results
+
+
+# --- the record that builds use ----------------------------------------------------------------
+
+def tuning_dir() -> Path:
+    return edgekit_home() / "tuning"
+
+
+def record_path(model_digest: str, target: Target) -> Path:
+    toolchain = hashlib.sha256(json.dumps(toolchain_versions(), sort_keys=True).encode())
+    profile = hashlib.sha256(json.dumps(target.model_dump(mode="json", exclude={"source",
+                                                                                "tune"}),
+                                        sort_keys=True).encode())
+    return tuning_dir() / (f"{model_digest[:16]}-{target.name}-{profile.hexdigest()[:8]}-"
+                           f"{toolchain.hexdigest()[:8]}.json")
+
+
+def _store(record: TuningRecord, target: Target) -> Path:
+    path = record_path(record.model_digest, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(record.model_dump_json(indent=1))
+    tmp.replace(path)
+    return path
+
+
+def load_record(model_digest: str, target: Target) -> TuningRecord | None:
+    path = record_path(model_digest, target)
+    if not path.is_file():
+        return None
+    try:
+        return TuningRecord.model_validate_json(path.read_text())
+    except ValueError:
+        return None     # a record from another edgekit version: tune again
+
+
+def tuned_choice(model_digest: str, target: Target) -> TuningNote | None:
+    """What `build` applies: the recorded choice for this model, target profile and
+    toolchain (None when never tuned, or tuned with another toolchain or profile)."""
+    record = load_record(model_digest, target)
+    if record is None:
+        return None
+    c = record.chosen
+    return TuningNote(variant=c.variant, lowering=c.lowering, flag_set=c.flag_set,
+                      flags=c.flags, threads=c.threads, p50_ms=c.p50_ms,
+                      default_p50_ms=record.default_p50_ms, measured_on=record.measured_on,
+                      tuned_at=record.created_at)
+
+
+__all__ = ["TuneOptions", "TuningRecord", "CandidateResult", "tune", "tuned_choice",
+           "candidate_variants"]

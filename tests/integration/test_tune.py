@@ -1,0 +1,64 @@
+"""`edgekit tune` on a tiny model with the real compiler and runtime: candidates are built,
+validated and benchmarked; the fastest valid one is recorded and builds use it."""
+
+import json
+import os
+from pathlib import Path
+
+from tests.integration.helpers import edgekit
+
+MATMUL = 'name: {name}\nmodel:\n  python: "@TINY@:matmul_stack"\n'
+
+
+def tune_json(*args):
+    proc = edgekit("tune", *args, "--rounds", "3", "--repetitions", "9", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tmp_path):
+    recipe = write_recipe(MATMUL.format(name="tuned-mm"))
+    # a user profile with a flag set that does not compile
+    (tmp_path / "host-tune.yaml").write_text(
+        "extends: host\ntune:\n  threads: [1]\n  flag_sets:\n"
+        "    data-tiling: [--iree-opt-data-tiling]\n"
+        "    broken: [--iree-no-such-flag]\n")
+    profile = str(tmp_path / "host-tune.yaml")
+    sets = ("--lowerings", "tosa,linalg", "--flag-sets", "default,data-tiling,broken")
+    record = tune_json("--recipe", str(recipe), "--target", profile, *sets)
+    by_variant = {c["lowering"] + "/" + c["flag_set"]: c for c in record["candidates"]}
+    assert set(by_variant) == {f"{lw}/{s}" for lw in ("tosa", "linalg")
+                               for s in ("default", "data-tiling", "broken")}
+    assert by_variant["tosa/broken"]["status"] == "build-failed"
+    assert "no-such-flag" in by_variant["tosa/broken"]["reason"]
+    valid = [c for c in record["candidates"] if c["status"] == "ok"]
+    assert len(valid) == 4
+    chosen = record["chosen"]
+    assert chosen["p50_ms"] == min(c["p50_ms"] for c in valid)
+    assert record["default_variant"] == "tosa/default" and record["measured_on"] == "host"
+
+    built = edgekit("build", "--recipe", str(recipe), "--target", profile, "--json")
+    assert built.returncode == 0, built.stderr
+    manifest = json.loads(built.stdout)["manifest"]
+    assert manifest["tuning"]["variant"] == f"{chosen['lowering']}/{chosen['flag_set']}"
+    assert manifest["lowering"]["used"] == chosen["lowering"]
+    assert all(flag in manifest["compile_flags"] for flag in chosen["flags"])
+    human = edgekit("build", "--recipe", str(recipe), "--target", profile)
+    assert "tuned variant" in human.stdout
+    untuned = edgekit("build", "--recipe", str(recipe), "--target", profile, "--no-tuned",
+                      "--json")
+    assert json.loads(untuned.stdout)["manifest"]["tuning"] is None
+
+    # re-tuning only re-measures: every candidate build is a cache hit
+    cache_dir = Path(os.environ["EDGEKIT_CACHE_DIR"])
+    cache = sorted(p.name for p in cache_dir.glob("**/*"))
+    again = tune_json("--recipe", str(recipe), "--target", profile, *sets)
+    assert len(again["candidates"]) == len(record["candidates"])
+    assert sorted(p.name for p in cache_dir.glob("**/*")) == cache
+
+
+def test_tune_refuses_unknown_flag_sets_with_the_choices(write_recipe):
+    recipe = write_recipe(MATMUL.format(name="tuned-bad"))
+    proc = edgekit("tune", "--recipe", str(recipe), "--target", "host", "--flag-sets", "fast")
+    assert proc.returncode == 2
+    assert "fast" in proc.stderr and "im2col+data-tiling" in proc.stderr
