@@ -58,8 +58,7 @@ def _progress(event: dict) -> None:
         render.err.print(f"  {event['status']} {escape(event['device'])}", highlight=False)
 
 
-def _finish(result, as_json: bool, html: Path | None) -> None:
-    from edgekit.errors import RolloutHalted
+def _show(result, as_json: bool, html: Path | None) -> None:
     if html:
         from edgekit.report.fleet_html import write_fleet_report
         write_fleet_report(result, html)
@@ -69,6 +68,12 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
         render.fleet_result(result)
         if html:
             render.out.print(f"report: {html}")
+
+
+def _finish(result, as_json: bool, html: Path | None) -> None:
+    """Show the result; a halted or interrupted rollout exits 17."""
+    from edgekit.errors import RolloutHalted
+    _show(result, as_json, html)
     if result.status == "halted":
         raise RolloutHalted(f"rollout {result.id} halted: {result.halt_reason}",
                             hint="see the per-device reasons above; devices that did not "
@@ -129,14 +134,7 @@ def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
 def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
     """Show a rollout's result from its journal [default: the newest]."""
     from edgekit.fleet.rollout import rollout_result
-    result = rollout_result(rollout)
-    if html:
-        from edgekit.report.fleet_html import write_fleet_report
-        write_fleet_report(result, html)
-    if as_json:
-        render.emit_json(result.model_dump(mode="json"))
-    else:
-        render.fleet_result(result)
+    _show(rollout_result(rollout), as_json, html)
 
 
 @fleet.command("status")
