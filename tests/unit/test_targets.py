@@ -88,3 +88,23 @@ def test_a_misspelled_profile_key_points_at_its_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_target(str(path))
     assert err.value.where == f"{path}:4" and "features" in err.value.hint
+
+
+def test_tune_candidates_are_lowering_by_flag_set_with_the_default_first():
+    from edgekit.pipeline.tune import candidate_variants
+    host = load_target("host")
+    variants = candidate_variants(host, ("tosa", "linalg"), None)
+    assert [v.name for v in variants[:2]] == ["tosa/default", "tosa/data-tiling"]
+    assert len(variants) == 2 * (1 + len(host.tune.flag_sets))
+    assert variants[0].flags == ()
+    with pytest.raises(ConfigError) as caught:
+        candidate_variants(host, None, ("fastest",))
+    assert "im2col+data-tiling" in caught.value.hint
+
+
+def test_a_tune_flag_set_with_a_non_flag_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("extends: host\ntune:\n  flag_sets:\n    fast: [O3]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_target(str(path))
+    assert caught.value.where.endswith("t.yaml:3") and "start with '--'" in caught.value.what
