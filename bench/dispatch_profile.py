@@ -40,8 +40,12 @@ def profile(recipe: Path, variant_name: str, workdir: Path) -> list[dict]:
     rows = []
     for source in sorted(dumps.glob("*.mlir")):
         vmfb = source.with_suffix(".vmfb")
-        subprocess.run([iree.tool_path("iree-compile"), str(source), "-o", str(vmfb),
-                        *iree.target_flags(target)], check=True, capture_output=True)
+        compiled = subprocess.run([iree.tool_path("iree-compile"), str(source), "-o", str(vmfb),
+                                   *iree.target_flags(target), *flags], capture_output=True)
+        if compiled.returncode != 0:
+            rows.append({"dispatch": source.stem.split("_embedded")[0].removeprefix("module_"),
+                         "what": "(dump does not compile standalone)", "ms": 0.0})
+            continue
         proc = subprocess.run([iree.tool_path("iree-benchmark-module"), f"--module={vmfb}",
                                "--device=local-sync", "--benchmark_format=json",
                                "--benchmark_repetitions=3"], capture_output=True, check=True)

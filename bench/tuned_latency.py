@@ -65,8 +65,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
     parser.add_argument("--lowerings", default="tosa,linalg")
-    parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--seconds", type=float, default=30.0, help="timing budget per model")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=40.0, help="timing budget per model")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     opts = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -77,37 +77,49 @@ def main() -> None:
         record = tune(TuneOptions(recipe=recipe, target="host", threads=THREADS,
                                   lowerings=tuple(opts.lowerings.split(",")), rounds=5,
                                   repetitions=20))
-        bundle = build(BuildOptions(recipe=recipe, target="host", use_tuned=False,
-                                    out=Path("/tmp/edgekit-bench-tuned") / key / "untuned")).bundle
+        ok = [c for c in record.candidates if c.status == "ok"]
+        first = next(c for c in ok if c.variant == record.default_variant)
+        bundle = build(BuildOptions(recipe=recipe, target="host", out=Path(
+            "/tmp/edgekit-bench-tuned") / key / "inputs", variant=Variant(
+                first.lowering, first.flag_set, tuple(first.flags)))).bundle
         inputs = [np.load(bundle.file(p)) for p in bundle.manifest.golden_inputs]
         model = load_model(load_recipe(recipe)).model
-        runners, chosen = {}, {}
+        runners: dict[str, object] = {}
+        columns: dict[int, dict[str, str]] = {}   # threads → column → runner name
+
+        def runner_for(c, threads: int) -> str:
+            """One runner per distinct module and thread count: a column that names the
+            same variant as another reads the same measurement."""
+            name = f"{c.variant}@{threads}"
+            if name not in runners:
+                runners[name] = iree_runner(module_of(recipe, c, key), inputs, threads)
+            return name
+
         for t in THREADS:
-            per_set = best_by_set(record, t)
-            chosen[t] = {name: c for name, c in per_set.items()}
-            runners[f"untuned/{t}"] = iree_runner(bundle.module, inputs, t)
-            for name, c in per_set.items():
-                runners[f"set:{name}/{t}"] = iree_runner(module_of(recipe, c, key), inputs, t)
+            cols = columns[t] = {}
+            untuned = next(c for c in ok if c.variant == record.default_variant
+                           and c.threads == t)
+            cols["untuned"] = runner_for(untuned, t)
+            for name, c in best_by_set(record, t).items():
+                cols[f"set:{name}"] = runner_for(c, t)
             # with t threads available the tuner may use fewer (a tiny model is fastest on one)
-            tuned = min((c for c in record.candidates if c.status == "ok" and c.threads <= t),
-                        key=lambda c: c.p50_ms)
-            chosen[t]["(tuned)"] = tuned
-            runners[f"tuned/{t}"] = iree_runner(module_of(recipe, tuned, key), inputs,
-                                                tuned.threads)
-            runners[f"onnxruntime/{t}"] = ort_runner(model, inputs, t)
-            runners[f"torch/{t}"] = torch_runner(model, inputs, t)
+            tuned = min((c for c in ok if c.threads <= t), key=lambda c: c.p50_ms)
+            cols["tuned"] = runner_for(tuned, tuned.threads)
+            cols["tuned_variant"] = f"{tuned.variant} {tuned.threads}t"
+            runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
+            runners[f"torch@{t}"] = torch_runner(model, inputs, t)
+            cols["onnxruntime"], cols["torch"] = f"onnxruntime@{t}", f"torch@{t}"
         print(f"timing {key} ({len(runners)} runners)…", file=sys.stderr, flush=True)
         timing = time_interleaved(runners, opts.rounds, opts.seconds)
         for t in THREADS:
-            ort_ms = timing[f"onnxruntime/{t}"]["median_ms"]
+            cols = columns[t]
+            ort_ms = timing[cols["onnxruntime"]]["median_ms"]
             row = {"model": key, "threads": t, "onnxruntime_ms": round(ort_ms, 4),
-                   "tuned_variant": f"{chosen[t]['(tuned)'].variant} "
-                                    f"{chosen[t]['(tuned)'].threads}t",
+                   "tuned_variant": cols["tuned_variant"],
                    "untuned_variant": record.default_variant}
-            for name, value in timing.items():
-                runner, _, threads = name.rpartition("/")
-                if int(threads) == t:
-                    row[f"{runner}_x_ort"] = round(value["median_ms"] / ort_ms, 3)
+            for column, runner in cols.items():
+                if column != "tuned_variant":
+                    row[f"{column}_x_ort"] = round(timing[runner]["median_ms"] / ort_ms, 3)
             rows.append(row)
     report(rows)
     if opts.json:
