@@ -219,8 +219,11 @@ def _device(name: str, settings: dict, groups: tuple[str, ...], where: str,
     key = Path(identity).expanduser()
     if not key.is_absolute():
         key = base / key
+    target = settings["target"]
+    if target.endswith((".yaml", ".yml")) and not Path(target).is_absolute():
+        target = str(base / target)   # a profile file next to the fleet file
     return FleetDevice(name=name, address=f"{address.user}@{address.host}:{address.port}",
-                       identity=str(key), target=settings["target"],
+                       identity=str(key), target=target,
                        labels=dict(settings.get("labels", {})), groups=groups, lab=lab)
 
 

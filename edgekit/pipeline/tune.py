@@ -120,12 +120,16 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
         raise ConfigError("no candidate variant validated", key="tune",
                           hint="; ".join(f"{r.variant} ({r.threads}t): {r.status} {r.reason}"
                                          for r in results[:6]))
-    chosen = min(valid, key=lambda r: r.p50_ms)
+    fastest = min(valid, key=lambda r: r.p50_ms)
     # without tuning, a build takes the profile's first lowering that works, with no extra flags
     default_variant = next((f"{lw}/{DEFAULT_SET}" for lw in target.lowering
                             if any(r.variant == f"{lw}/{DEFAULT_SET}" for r in valid)), "")
     default = next((r for r in valid if r.variant == default_variant
-                    and r.threads == chosen.threads), None)
+                    and r.threads == fastest.threads), None)
+    # a variant must beat the untuned build by more than the rounds can resolve: a choice made
+    # from noise changes on every re-tune (and the bench showed such choices do not transfer)
+    chosen = default if default is not None and not clearly_faster(fastest, default) \
+        else fastest
     record = TuningRecord(
         model_digest=built[0][1].manifest.model_digest, app=recipe.name, target=target.name,
         toolchain=toolchain_versions(), measured_on=options.host or "host",
@@ -135,6 +139,18 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
         candidates=tuple(sorted(results, key=lambda r: (r.p50_ms is None, r.p50_ms or 0))))
     _store(record, target)
     return record
+
+
+def clearly_faster(a: CandidateResult, b: CandidateResult, min_gain: float = 0.03) -> bool:
+    """`a` beats `b` by more than 3% and by more than 3 standard errors of the difference of
+    their round medians (rounds are interleaved, so they are comparable)."""
+    if a is b or a.p50_ms is None or b.p50_ms is None or a.p50_ms >= b.p50_ms * (1 - min_gain):
+        return False
+    ra, rb = np.asarray(a.round_p50_ms), np.asarray(b.round_p50_ms)
+    if ra.size < 2 or rb.size < 2:
+        return True
+    se = float(np.sqrt(ra.var(ddof=1) / ra.size + rb.var(ddof=1) / rb.size))
+    return b.p50_ms - a.p50_ms > 3 * se
 
 
 def candidate_variants(target: Target, lowerings: tuple[str, ...] | None,

@@ -34,7 +34,11 @@ def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tm
     valid = [c for c in record["candidates"] if c["status"] == "ok"]
     assert len(valid) == 4
     chosen = record["chosen"]
-    assert chosen["p50_ms"] == min(c["p50_ms"] for c in valid)
+    fastest = min(valid, key=lambda c: c["p50_ms"])
+    # the fastest, unless it does not beat the untuned build beyond the measured noise
+    assert chosen == fastest or (
+        f"{chosen['lowering']}/{chosen['flag_set']}" == record["default_variant"]
+        and chosen["threads"] == fastest["threads"])
     assert record["default_variant"] == "tosa/default" and record["measured_on"] == "host"
 
     built = edgekit("build", "--recipe", str(recipe), "--target", profile, "--json")

@@ -108,3 +108,15 @@ def test_a_tune_flag_set_with_a_non_flag_is_refused_with_its_line(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_target(str(path))
     assert caught.value.where.endswith("t.yaml:3") and "start with '--'" in caught.value.what
+
+
+def test_tune_keeps_the_untuned_build_unless_a_variant_is_clearly_faster():
+    from edgekit.pipeline.tune import CandidateResult, clearly_faster
+
+    def result(p50, rounds):
+        return CandidateResult(lowering="tosa", flag_set="x", flags=(), threads=1, status="ok",
+                               p50_ms=p50, round_p50_ms=rounds)
+    default = result(10.0, (9.0, 10.0, 11.0, 10.0, 12.0))
+    assert not clearly_faster(result(9.9, (9.8, 9.9, 10.0, 9.9, 10.1)), default)  # < 3%
+    assert not clearly_faster(result(9.0, (7.0, 9.0, 12.0, 8.0, 10.0)), default)  # noisy
+    assert clearly_faster(result(5.0, (4.9, 5.0, 5.1, 5.0, 5.0)), default)
