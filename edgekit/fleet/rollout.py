@@ -78,7 +78,11 @@ def update(options: UpdateOptions, on_event: Progress | None = None) -> FleetRes
     rollout_id = f"{safe_name(recipe.name, 'app')}-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
     directory = jr.rollouts_dir() / rollout_id
     directory.mkdir(parents=True)
-    bundles, releases = _build_per_target(options, fleet, directory, on_event)
+    try:
+        bundles, releases = _build_per_target(options, fleet, directory, on_event)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)   # nothing was planned: leave no trace
+        raise
     waves = plan_waves(fleet.devices, lambda d: d.target, policy.canary, policy.waves)
     plan = RolloutPlan(id=rollout_id, created_at=now.isoformat(timespec="seconds"),
                        app=recipe.name, recipe=str(options.recipe), fleet=fleet.source,
