@@ -11,7 +11,8 @@ round so machine noise hits all alike, at 1 and 2 threads:
   * the tuned variant for that thread count,
   * onnxruntime (= 1.00×) and PyTorch eager,
 
-and prints ratios to onnxruntime. "best single set" is the one flag set that is best across all
+and prints ratios to onnxruntime. IREE modules run on the local-task driver with the given
+worker count, as the tuner measures them and as devices run them. "best single set" is the one flag set that is best across all
 models (geometric mean): what a fixed profile would give; tuned must be at least as good.
 
     python bench/tuned_latency.py                       # all four models (~15 min cold)
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_latency import iree_runner, ort_runner, time_interleaved, torch_runner  # noqa: E402
+from host_latency import ort_runner, time_interleaved, torch_runner  # noqa: E402
 
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
@@ -43,6 +44,24 @@ from edgekit.pipeline.tune import TuneOptions, tune  # noqa: E402
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
           "text_encoder": "text_encoder.yaml", "kws_mlp": "kws_mlp.yaml"}
 THREADS = (1, 2)
+
+
+def iree_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
+    """The module on IREE's local-task driver with `threads` workers: what the tuner measures
+    (iree-benchmark-module) and what devices run (the bundle's driver). One uncached device per
+    runner, since the topology flag is read when a device is created."""
+    import iree.runtime as rt
+    rt.flags.parse_flags(f"--task_topology_group_count={threads}")
+    config = rt.Config(device=rt.get_device("local-task", cache=False))
+    ctx = rt.SystemContext(config=config)
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb.read_bytes()))
+    main = ctx.modules.module["main"]
+    device_inputs = [rt.asdevicearray(config.device, x) for x in inputs]
+
+    def run():
+        out = main(*device_inputs)
+        (out[0] if isinstance(out, (list, tuple)) else out).to_host()
+    return run
 
 
 def best_by_set(record, threads: int) -> dict[str, object]:
