@@ -46,13 +46,19 @@ MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
 THREADS = (1, 2)
 
 
+_DEVICES: dict[int, object] = {}
+
+
 def iree_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
     """The module on IREE's local-task driver with `threads` workers: what the tuner measures
-    (iree-benchmark-module) and what devices run (the bundle's driver). One uncached device per
-    runner, since the topology flag is read when a device is created."""
+    (iree-benchmark-module) and what devices run (the bundle's driver). One device per thread
+    count, shared by the runners: the topology flag is read when a device is created, and
+    every extra task system's idle workers would compete for the cores."""
     import iree.runtime as rt
-    rt.flags.parse_flags(f"--task_topology_group_count={threads}")
-    config = rt.Config(device=rt.get_device("local-task", cache=False))
+    if threads not in _DEVICES:
+        rt.flags.parse_flags(f"--task_topology_group_count={threads}")
+        _DEVICES[threads] = rt.get_device("local-task", cache=False)
+    config = rt.Config(device=_DEVICES[threads])
     ctx = rt.SystemContext(config=config)
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb.read_bytes()))
     main = ctx.modules.module["main"]
