@@ -12,8 +12,9 @@ round so machine noise hits all alike, at 1 and 2 threads:
   * onnxruntime (= 1.00×) and PyTorch eager,
 
 and prints ratios to onnxruntime. IREE modules run on the local-task driver with the given
-worker count, as the tuner measures them and as devices run them. "best single set" is the one flag set that is best across all
-models (geometric mean): what a fixed profile would give; tuned must be at least as good.
+worker count, as the tuner measures them and as devices run them. "best single set" is the
+one flag set that is best across all models (geometric mean): what a fixed profile would
+give; tuned must be at least as good.
 
     python bench/tuned_latency.py                       # all four models (~15 min cold)
     python bench/tuned_latency.py --models kws_mlp --json out.json
