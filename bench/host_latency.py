@@ -39,9 +39,12 @@ MODELS = {"kws_mlp": "kws_mlp.yaml", "text_encoder": "text_encoder.yaml",
 THREADS = (1, 2)
 
 
-def iree_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
+def iree_runner(vmfb: Path, inputs: list[np.ndarray], threads: int, device=None):
+    """`device`: run on this HAL device instead of local-sync (1 thread) / local-task."""
     import iree.runtime as rt
-    if threads == 1:
+    if device is not None:
+        config = rt.Config(device=device)
+    elif threads == 1:
         config = rt.Config("local-sync")
     else:
         rt.flags.parse_flags(f"--task_topology_group_count={threads}")

@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_latency import ort_runner, time_interleaved, torch_runner  # noqa: E402
+from host_latency import (iree_runner, ort_runner, time_interleaved,  # noqa: E402
+                          torch_runner)
 
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
@@ -50,7 +51,7 @@ THREADS = (1, 2)
 _DEVICES: dict[int, object] = {}
 
 
-def iree_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
+def task_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
     """The module on IREE's local-task driver with `threads` workers: what the tuner measures
     (iree-benchmark-module) and what devices run (the bundle's driver). One device per thread
     count, shared by the runners: the topology flag is read when a device is created, and
@@ -59,16 +60,7 @@ def iree_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
     if threads not in _DEVICES:
         rt.flags.parse_flags(f"--task_topology_group_count={threads}")
         _DEVICES[threads] = rt.get_device("local-task", cache=False)
-    config = rt.Config(device=_DEVICES[threads])
-    ctx = rt.SystemContext(config=config)
-    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb.read_bytes()))
-    main = ctx.modules.module["main"]
-    device_inputs = [rt.asdevicearray(config.device, x) for x in inputs]
-
-    def run():
-        out = main(*device_inputs)
-        (out[0] if isinstance(out, (list, tuple)) else out).to_host()
-    return run
+    return iree_runner(vmfb, inputs, threads, device=_DEVICES[threads])
 
 
 def best_by_set(record, threads: int) -> dict[str, object]:
@@ -118,7 +110,7 @@ def main() -> None:
             same variant as another reads the same measurement."""
             name = f"{c.variant}@{threads}"
             if name not in runners:
-                runners[name] = iree_runner(module_of(recipe, c, key), inputs, threads)
+                runners[name] = task_runner(module_of(recipe, c, key), inputs, threads)
             return name
 
         for t in THREADS:

@@ -152,7 +152,7 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
                 "wave": wave_of[device.name], "release": plan.releases[device.target]}
         if done is None:
             status = "skipped" if (state.halt or state.finished) else "pending"
-            known, previous = state.previous_of(device.name)
+            _, previous = state.previous_of(device.name)
             outcomes.append(DeviceOutcome(**base, status=status, previous=previous,
                                           reason="the rollout halted before this device"
                                           if state.halt else ""))

@@ -103,17 +103,14 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
             except EdgekitError as exc:
                 failed += [_result(variant, t, "build-failed", _one_line(exc)) for t in threads]
                 continue
-            if result.bundle.manifest.lowering.used != variant.lowering:
-                continue  # cannot happen with a forced lowering; kept as a guard
             built.append((variant, result.bundle))
         if not built:
             raise ConfigError("no candidate variant built", key="tune",
                               hint="; ".join(f"{c.variant}: {c.reason}" for c in failed[:4]))
-        bench = _bench_here(target) if options.host is None else None
-        if bench is None:
-            results = _tune_on_device(options, target, built, threads, say)
-        else:
+        if options.host is None and runs_here(target):
             results = _tune_here(options, built, threads, say)
+        else:
+            results = _tune_on_device(options, target, built, threads, say)
     results += failed
     valid = [r for r in results if r.status == "ok"]
     if not valid:
@@ -181,11 +178,9 @@ def _one_line(exc: Exception) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
 
 
-def _bench_here(target: Target) -> bool | None:
-    """True when this machine can run the target's modules (so tuning measures here)."""
-    if target.backend == "llvm-cpu" and target.arch == host_arch():
-        return True
-    return None
+def runs_here(target: Target) -> bool:
+    """This machine can run the target's modules (so tuning measures here)."""
+    return target.backend == "llvm-cpu" and target.arch == host_arch()
 
 
 # --- on this machine ---------------------------------------------------------------------------
