@@ -60,6 +60,13 @@ class LoweringError(EdgekitError):
         self.reproducer = reproducer
 
 
+class QuantizationError(EdgekitError):
+    """A quantized build that does not deliver what it claims: accuracy below the recipe's
+    floor, or an int8 module whose contractions compute in floating point."""
+
+    exit_code = 9
+
+
 class ToolError(EdgekitError):
     """An external tool (iree-run-module, …) failed: argv, exit code and stderr tail."""
 
@@ -187,7 +194,8 @@ class RolloutHalted(EdgekitError):
 
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
-    for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, ToolError,
+    for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, QuantizationError,
+                ToolError,
                 BundleError, CannotRunHere, ValidationFailed, DeviceUnreachable, AuthFailed,
                 HostKeyUnknown, HostKeyChanged, DeviceIncompatible, RemoteCommandFailed,
                 HealthGateFailed, RolloutHalted)

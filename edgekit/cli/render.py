@@ -40,11 +40,30 @@ def build_summary(result: BuildResult) -> None:
         t = m.tuning
         out.print(f"  tuned variant: {t.variant} (p50 {t.p50_ms:.4f} ms at {t.threads} thread(s) "
                   f"on {t.measured_on}, {t.tuned_at}); `--no-tuned` for the profile default")
+    if m.quantization:
+        quantization_summary(m.quantization)
     if result.stage_seconds and not result.cached:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.stage_seconds.items())
         out.print(f"  stages: {stages}")
     if result.tar:
         out.print(f"  archive: {result.tar}")
+
+
+def quantization_summary(q) -> None:
+    c = q.contractions
+    compute = (f"{c.integer} of {c.total} contractions integer" if q.mode == "int8" else
+               f"{c.f16} of {c.total} contractions with f16 inputs" if q.mode == "fp16" else
+               f"int8 weights, {c.total} float contractions") if c else "not checked"
+    out.print(f"  quantization: {q.mode}"
+              + (f" ({q.weights} weights" + (f", calibrated on {q.calibration})"
+                                             if q.calibration else ")") if q.weights else "")
+              + f"; {compute} (lowering {q.lowering})")
+    out.print(f"  accuracy vs fp32 on {q.accuracy.samples} held-out samples "
+              f"({q.accuracy.source}):")
+    for o in q.accuracy.outputs:
+        top1 = f", top-1 agreement {o.top1_agreement:.1%}" if o.top1_agreement is not None else ""
+        out.print(f"    {o.name}: cosine min {o.min_cosine:.6f} / mean {o.mean_cosine:.6f}, "
+                  f"max abs error {o.max_abs_error:.3g}{top1}")
 
 
 def build_json(result: BuildResult) -> dict:

@@ -85,6 +85,10 @@ class Target(Frozen):
         default=("tosa", "linalg", "torch"),
         description="lowerings in order of preference; `lowering: auto` tries them in order")
     flags: tuple[str, ...] = pydantic.Field(default=(), description="extra iree-compile flags")
+    quantize_flags: dict[Literal["int8", "int8-weights", "fp16"], tuple[str, ...]] = \
+        pydantic.Field(default_factory=dict,
+                       description="extra iree-compile flags for quantized builds, per mode "
+                                   "(after `flags`; `edgekit tune` variants still apply)")
     tune: TuneSpec = pydantic.Field(default_factory=lambda: TuneSpec(),
                                     description="flag sets and threads `edgekit tune` tries")
     source: str = pydantic.Field(default="", description="file the profile came from")

@@ -98,6 +98,50 @@ class Hooks(Frozen):
     timeout_s: float = pydantic.Field(default=120, gt=0)
 
 
+QuantizeMode = Literal["int8", "int8-weights", "fp16"]
+
+
+class Quantize(Frozen):
+    """Post-training quantization (`quantize: int8` is short for `quantize: {mode: int8}`)."""
+
+    mode: QuantizeMode = pydantic.Field(
+        description="int8: int8 weights and activations, integer contractions (calibrated); "
+                    "int8-weights: int8 weights, float compute; fp16: contraction inputs in f16")
+    calibration: str | None = pydantic.Field(
+        default=None, description="int8: a .npz of samples (key per input, samples stacked on a "
+                                  "new leading axis) or 'module:function' yielding input tuples")
+    held_out: str | None = pydantic.Field(
+        default=None, description=".npz of samples (same layout) for the accuracy report; "
+                                  "default: random samples from `inputs:`")
+    held_out_count: int = pydantic.Field(default=8, ge=1, le=1000,
+                                         description="random held-out samples when no .npz")
+    weights: Literal["per-channel", "per-tensor"] | None = pydantic.Field(
+        default=None, description="int8 weight scales: one per output channel or one per tensor "
+                                  "(default: per-channel for int8; per-tensor for int8-weights, "
+                                  "whose per-channel form IREE 3.13 does not compile)")
+    min_cosine: float | None = pydantic.Field(
+        default=None, ge=-1, le=1,
+        description="fail the build when any held-out sample's output cosine vs fp32 is lower")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value):
+        value = {"mode": value} if isinstance(value, str) else value
+        if isinstance(value, dict) and value.get("weights") is None:
+            default = {"int8": "per-channel", "int8-weights": "per-tensor"}.get(value.get("mode"))
+            value = {**value, "weights": default}
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _int8_is_calibrated(self) -> "Quantize":
+        if self.mode == "int8" and not self.calibration:
+            raise ValueError("`int8` needs calibration data: write `quantize: {mode: int8, "
+                             "calibration: samples.npz}` (or 'module:function')")
+        if self.calibration and not (self.calibration.endswith(".npz") or ":" in self.calibration):
+            raise ValueError("`calibration` is a .npz file or 'module:function'")
+        return self
+
+
 class Recipe(Frozen):
     name: str = pydantic.Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                                description="app name; also names the bundle")
@@ -111,6 +155,9 @@ class Recipe(Frozen):
     samples: str | None = pydantic.Field(
         default=None, description=".npz of sample inputs (keys: input names)")
     seed: int = pydantic.Field(default=0, description="seed for random samples")
+    quantize: Quantize | None = pydantic.Field(
+        default=None, description="int8 | int8-weights | fp16, or a mapping with `mode:` and "
+                                  "calibration/accuracy settings")
     hooks: Hooks = pydantic.Field(default_factory=lambda: Hooks(),
                                   description="commands run on the device after activation")
     _path: Path = pydantic.PrivateAttr(default=Path("recipe.yaml"))
@@ -148,8 +195,14 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError("a recipe must be a mapping of keys", where=doc.where(()))
     recipe = validate(doc, Recipe, data={"name": path.stem, **doc.data})
     recipe._path = path
-    for key, rel in (("model.exported", recipe.model.exported), ("model.onnx", recipe.model.onnx),
-                     ("samples", recipe.samples)):
+    quantize = recipe.quantize
+    calibration = quantize.calibration if quantize else None
+    files = (("model.exported", recipe.model.exported), ("model.onnx", recipe.model.onnx),
+             ("samples", recipe.samples),
+             ("quantize.calibration",
+              calibration if calibration and calibration.endswith(".npz") else None),
+             ("quantize.held_out", quantize.held_out if quantize else None))
+    for key, rel in files:
         if rel and not recipe.resolve(rel).is_file():
             loc = tuple(key.split("."))
             raise ConfigError(f"file not found: {recipe.resolve(rel)}", where=doc.where(loc),

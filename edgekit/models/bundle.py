@@ -60,6 +60,49 @@ class TuningNote(Frozen):
     tuned_at: str
 
 
+class OutputAccuracy(Frozen):
+    name: str
+    max_abs_error: float
+    min_cosine: float               # the worst held-out sample
+    mean_cosine: float
+    top1_agreement: float | None = None  # classifiers (logits-like outputs) only
+
+
+class AccuracyReport(Frozen):
+    """The quantized model vs the fp32 model on held-out samples (not the calibration set)."""
+
+    samples: int
+    source: str
+    reference: str = "fp32 PyTorch model"
+    outputs: tuple[OutputAccuracy, ...]
+
+
+class ContractionCensus(Frozen):
+    """Element types of the inputs of every contraction in the compiled module (matmuls,
+    convolutions), as IREE's global optimization leaves them."""
+
+    integer: int = 0
+    f16: int = 0
+    f32: int = 0
+    other: int = 0
+    examples: tuple[str, ...] = ()  # a few float contractions, to say which
+
+    @property
+    def total(self) -> int:
+        return self.integer + self.f16 + self.f32 + self.other
+
+
+class QuantizationNote(Frozen):
+    mode: str                         # int8 | int8-weights | fp16
+    weights: str = ""                 # per-tensor | per-channel (int8 modes)
+    calibration: str = ""             # source, and how many samples
+    quantized_ops: int = 0            # contractions the quantizer gave int8 inputs
+    accuracy: AccuracyReport
+    lowering: str = ""                # the path the module took (set at compile)
+    contractions: ContractionCensus | None = None
+    golden: str = "outputs of the quantized PyTorch model (what the module must reproduce)"
+
+
 class Manifest(Frozen):
     schema_version: int = SCHEMA_VERSION
     app: str
@@ -82,6 +125,7 @@ class Manifest(Frozen):
     tolerances: Validation
     lowering: LoweringRecord
     tuning: TuningNote | None = None
+    quantization: QuantizationNote | None = None
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")
 

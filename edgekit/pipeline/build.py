@@ -21,10 +21,11 @@ from edgekit.models.bundle import (Bundle, TuningNote, load_bundle, sha256_file,
 from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.export import ExportedModel, export_model
 from edgekit.pipeline.load import LoadedModel, load_model
-from edgekit.pipeline.lower import (CompiledModule, ImportedModule, import_module,
-                                    lower_and_compile)
+from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
+                                    import_module, lower_and_compile)
 from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
+from edgekit.quantize.stage import quantize_model
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.versions import toolchain_versions
 
@@ -83,6 +84,8 @@ FRONT: tuple[Stage[BuildContext], ...] = (
     Stage("load", Recipe, LoadedModel, lambda ctx, recipe: load_model(recipe)),
     Stage("export", LoadedModel, ExportedModel, lambda ctx, loaded: export_model(ctx.recipe,
                                                                                   loaded)),
+    Stage("quantize", ExportedModel, ExportedModel,
+          lambda ctx, exported: quantize_model(ctx.recipe, exported)),
 )
 BACK: tuple[Stage[BuildContext], ...] = (
     Stage("import", ExportedModel, ImportedModule,
@@ -91,6 +94,8 @@ BACK: tuple[Stage[BuildContext], ...] = (
           lambda ctx, imported: lower_and_compile(imported, ctx.target, ctx.recipe.lowering,
                                                   ctx.recipe.compile.flags, ctx.workdir,
                                                   ctx.reproducer_dir)),
+    Stage("check quantization", CompiledModule, CompiledModule,
+          lambda ctx, compiled: check_quantized(compiled, ctx.target, ctx.workdir)),
     Stage("package", CompiledModule, Bundle,
           lambda ctx, compiled: package_bundle(compiled, BundleIdentity.of(ctx.recipe),
                                                ctx.target, ctx.bundle_dir)),

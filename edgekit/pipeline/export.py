@@ -13,7 +13,7 @@ from torch.utils import _pytree as pytree
 
 from edgekit.config.recipe import Recipe
 from edgekit.errors import ModelLoadError
-from edgekit.models.bundle import TensorSig
+from edgekit.models.bundle import QuantizationNote, TensorSig
 from edgekit.pipeline.load import LoadedModel
 
 
@@ -28,6 +28,7 @@ class ExportedModel:
     golden: tuple[np.ndarray, ...]         # the original model's outputs on `samples`
     inputs: tuple[TensorSig, ...]
     outputs: tuple[TensorSig, ...]
+    quantization: QuantizationNote | None = None  # set by the quantize stage
 
 
 def export_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
@@ -40,7 +41,7 @@ def export_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:
     else:
         try:
             program = torch.export.export(loaded.model, args,
-                                          dynamic_shapes=_dynamic_shapes(recipe))
+                                          dynamic_shapes=dynamic_shapes(recipe))
         except Exception as exc:  # torch.export raises many kinds; all mean "cannot export"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelLoadError(f"torch.export failed: {first}", where="stage export",
@@ -99,7 +100,7 @@ def program_digest(program: torch.export.ExportedProgram) -> str:
     return h.hexdigest()
 
 
-def _dynamic_shapes(recipe: Recipe):
+def dynamic_shapes(recipe: Recipe):
     if not recipe.dynamic_dims:
         return None
     dims = {name: torch.export.Dim(name, min=d.min, max=d.max)

@@ -61,17 +61,18 @@ def _load_onnx(recipe: Recipe) -> LoadedModel:
                  "recipe")
     rng = np.random.default_rng(recipe.seed)
     specs = [InputSpec(name=n, shape=shape, dtype=dtype) for n, shape, dtype in graph_inputs]
-    samples = tuple(_random_input(spec, recipe, rng) for spec in specs)
+    samples = tuple(random_input(spec, recipe, rng) for spec in specs)
     return LoadedModel(model, samples, tuple(n for n, _, _ in graph_inputs))
 
 
-def _call_factory(recipe: Recipe, spec: str):
+def import_callable(recipe: Recipe, spec: str, what: str):
+    """The callable named by 'package.module:name' or 'file.py:name' (relative to the recipe)."""
     module_part, _, attr = spec.rpartition(":")
     try:
         if module_part.endswith(".py"):
             path = recipe.resolve(module_part)
             if not path.is_file():
-                raise ModelLoadError(f"model file not found: {path}", where=str(recipe.path))
+                raise ModelLoadError(f"{what} file not found: {path}", where=str(recipe.path))
             mod_spec = importlib.util.spec_from_file_location(f"edgekit_user_{path.stem}", path)
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[mod_spec.name] = module
@@ -81,12 +82,19 @@ def _call_factory(recipe: Recipe, spec: str):
     except ModelLoadError:
         raise
     except ImportError as exc:
-        raise ModelLoadError(f"cannot import '{module_part}': {exc}", where=str(recipe.path),
-                             hint="check `model.python` and that the package is installed") \
+        raise ModelLoadError(f"cannot import '{module_part}' ({what}): {exc}",
+                             where=str(recipe.path),
+                             hint="check the 'module:name' and that the package is installed") \
             from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ModelLoadError(f"'{module_part}' has no callable '{attr}'", where=str(recipe.path))
+    found = getattr(module, attr, None)
+    if not callable(found):
+        raise ModelLoadError(f"'{module_part}' has no callable '{attr}' ({what})",
+                             where=str(recipe.path))
+    return found
+
+
+def _call_factory(recipe: Recipe, spec: str):
+    factory = import_callable(recipe, spec, "model factory")
     try:
         result = factory()
     except Exception as exc:  # user code: report it as a load failure, not a crash
@@ -124,7 +132,7 @@ def _samples(recipe: Recipe, examples: tuple[np.ndarray, ...] | None) -> tuple[n
         return arrays
     if recipe.inputs:
         rng = np.random.default_rng(recipe.seed)
-        return tuple(_random_input(spec, recipe, rng) for spec in recipe.inputs)
+        return tuple(random_input(spec, recipe, rng) for spec in recipe.inputs)
     if examples is None:
         raise ModelLoadError("no input signature: the recipe has no `inputs:` and the model "
                              "source gives no example inputs", where=str(recipe.path),
@@ -141,7 +149,7 @@ def _check_sample(spec: InputSpec, array: np.ndarray, recipe: Recipe) -> None:
             f"{spec.dtype}{list(spec.shape)}", where=str(recipe.resolve(recipe.samples or "")))
 
 
-def _random_input(spec: InputSpec, recipe: Recipe, rng: np.random.Generator) -> np.ndarray:
+def random_input(spec: InputSpec, recipe: Recipe, rng: np.random.Generator) -> np.ndarray:
     shape = tuple(d if isinstance(d, int) else
                   (recipe.dynamic_dims[d].example or recipe.dynamic_dims[d].min)
                   for d in spec.shape)

@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from edgekit.config.profiles import Target
-from edgekit.errors import LoweringError
-from edgekit.models.bundle import LoweringAttempt, LoweringRecord
+from edgekit.errors import LoweringError, QuantizationError
+from edgekit.models.bundle import (ContractionCensus, LoweringAttempt, LoweringRecord,
+                                   QuantizationNote)
 from edgekit.pipeline.export import ExportedModel
 from edgekit.toolchain import iree, torch_mlir
 
@@ -32,10 +33,20 @@ class CompiledModule:
     vmfb: Path
     flags: tuple[str, ...]
     lowering: LoweringRecord
+    source: Path | None = None                    # the lowered MLIR iree-compile read
+    quantization: QuantizationNote | None = None  # with the lowering and contraction census
 
 
-def lowering_order(requested: str, target: Target) -> tuple[str, ...]:
-    return tuple(target.lowering) if requested == "auto" else (requested,)
+# torch-mlir's tosa and linalg outputs dequantize int8 weights and compute in fp32 (facts.md);
+# only the torch dialect reaches IREE with the quantize/dequantize ops it turns into int8 math.
+INT8_LOWERINGS = ("torch",)
+
+
+def lowering_order(requested: str, target: Target, quantize_mode: str | None = None
+                   ) -> tuple[str, ...]:
+    if requested != "auto":
+        return (requested,)
+    return INT8_LOWERINGS if quantize_mode == "int8" else tuple(target.lowering)
 
 
 def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModule:
@@ -59,8 +70,10 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
     """Lower and compile with the requested lowering ('auto': the profile's order, falling
     back on failure); `extra_flags` come after the profile's flags."""
     attempts: list[LoweringAttempt] = []
-    order, note = lowering_order(requested, target), ""
-    if requested == "auto":
+    quantization = imported.exported.quantization
+    mode = quantization.mode if quantization else None
+    order, note = lowering_order(requested, target, mode), ""
+    if requested == "auto" and mode != "int8":
         from edgekit.pipeline.check import learned_lowering
         learned = learned_lowering(imported.exported.digest, target)
         if learned:
@@ -79,7 +92,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         source = workdir / f"{lowering}.mlirbc"
         source.write_bytes(lowered)
         output = workdir / f"{lowering}.vmfb"
-        flags = iree.compile_flags(target, lowering, extra_flags)
+        flags = iree.compile_flags(target, lowering, extra_flags, quantize_mode=mode)
         try:
             iree.compile_module(source, output, flags)
         except iree.CompileFailure as failure:
@@ -91,8 +104,54 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         attempts.append(LoweringAttempt(lowering=lowering, ok=True))
         record = LoweringRecord(requested=requested, used=lowering, attempts=tuple(attempts),
                                 note=note)
-        return CompiledModule(imported.exported, output, flags, record)
+        return CompiledModule(imported.exported, output, flags, record, source=source,
+                              quantization=quantization)
     raise _all_failed(attempts, reproducer_dir)
+
+
+def check_quantized(compiled: CompiledModule, target: Target, workdir: Path) -> CompiledModule:
+    """Count what the compiled module's contractions compute in, and refuse a module that
+    does not deliver its mode: int8 must be all-integer, fp16 must have no f32 contraction."""
+    note = compiled.quantization
+    if note is None or compiled.source is None:
+        return compiled
+    types = iree.contraction_element_types(
+        iree.global_optimization_ir(compiled.source, compiled.flags))
+    census = _census(types)
+    used = compiled.lowering.used
+    float_ops = census.f32 + census.f16 + census.other
+    if note.mode == "int8" and (census.total == 0 or float_ops):
+        raise QuantizationError(
+            f"int8: {float_ops} of {census.total} contractions compute in floating point after "
+            f"the {used} lowering ({', '.join(census.examples) or 'none found'}); "
+            "refusing to call this module int8", where="stage check quantization",
+            hint="use `lowering: auto` or `torch` (torch-mlir's tosa/linalg outputs dequantize "
+                 "int8 weights to fp32)" if used != "torch" else
+                 "these ops were not quantized; report the model to edgekit")
+    if note.mode == "fp16" and census.f32:
+        raise QuantizationError(
+            f"fp16: {census.f32} of {census.total} contractions still read f32 "
+            f"({', '.join(census.examples)})", where="stage check quantization",
+            hint="the target's compiler flags override the f16 demotion; check `flags:` in "
+                 f"the profile {target.source}")
+    updated = note.model_copy(update={"lowering": used, "contractions": census})
+    return CompiledModule(compiled.exported, compiled.vmfb, compiled.flags, compiled.lowering,
+                          source=compiled.source, quantization=updated)
+
+
+def _census(types: list[tuple[str, tuple[str, ...]]]) -> ContractionCensus:
+    counts = {"integer": 0, "f16": 0, "f32": 0, "other": 0}
+    examples: list[str] = []
+    for op, elements in types:
+        if all(e.startswith(("i", "si", "ui")) for e in elements):
+            counts["integer"] += 1
+            continue
+        kind = elements[0] if set(elements) == {elements[0]} and elements[0] in (
+            "f16", "f32") else "other"
+        counts[kind] += 1
+        if len(examples) < 3:
+            examples.append(f"{op} {'×'.join(elements)}")
+    return ContractionCensus(**counts, examples=tuple(examples))
 
 
 def _failed(lowering: str, stage: str, ops: tuple[str, ...], diagnostics: str) -> LoweringAttempt:

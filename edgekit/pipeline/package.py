@@ -64,6 +64,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         golden_outputs=tuple(outputs),
         tolerances=identity.tolerances,
         lowering=compiled.lowering,
+        quantization=compiled.quantization,
         toolchain=toolchain_versions(),
         files=files,
     )

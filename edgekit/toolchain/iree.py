@@ -30,9 +30,23 @@ def target_flags(target: Target) -> tuple[str, ...]:
     return (*flags, *target.flags)
 
 
-def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+# What makes a quantization mode what it is (speed flags per mode are data in the profiles).
+# fp16: the demotion's default operation set is empty, and on CPU convolutions are only demoted
+# once im2col has turned them into matmuls (measured; the contraction census checks it).
+MODE_FLAGS = {"fp16": ("--iree-global-opt-demote-contraction-inputs-type=f16",
+                       "--iree-global-opt-demote-contraction-inputs-operations=all",
+                       "--iree-global-opt-use-im2col-for-convs")}
+
+
+def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = (),
+                  quantize_mode: str | None = None) -> tuple[str, ...]:
     """Every iree-compile flag for this target and lowering, recipe flags last (they win)."""
-    return (f"--iree-input-type={INPUT_TYPE[lowering]}", *target_flags(target), *extra)
+    mode_flags: tuple[str, ...] = ()
+    if quantize_mode:
+        mode_flags = (*MODE_FLAGS.get(quantize_mode, ()),
+                      *target.quantize_flags.get(quantize_mode, ()))
+    return (f"--iree-input-type={INPUT_TYPE[lowering]}", *target_flags(target), *mode_flags,
+            *extra)
 
 
 def tool_path(name: str) -> str:
@@ -110,3 +124,42 @@ def run_module(module: Path, driver: str, function: str, inputs: list[Path],
     run_tool(run_module_argv(module, driver, function, inputs, outputs),
              what="iree-run-module failed",
              hint="the module may not fit this machine's CPU or Vulkan device")
+
+
+# Ops that multiply two tensors and reduce: what "int8 compute" is about. Pooling (input ×
+# window shape) and single-input reductions (sums, means) are not contractions.
+_NAMED_CONTRACTION = re.compile(
+    r"^linalg\.(?:(?:batch_)?(?:reduce_)?matmul\w*|(?:depthwise_)?conv\w*|quantized_\w+|"
+    r"(?:batch_)?mmt4d|contract|dot|matvec|vecmat|batch_matvec|batch_vecmat)$")
+_LINALG_OP = re.compile(r"(linalg\.\w+)")
+_INS = re.compile(r"\bins\(([^)]*)\)")
+_TENSOR_ELEMENT = re.compile(r"tensor<([^,>]*)")
+
+
+def contraction_element_types(mlir_text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(op, element types of its tensor inputs) for every contraction in printed MLIR."""
+    found = []
+    for line in mlir_text.splitlines():
+        op, ins = _LINALG_OP.search(line), _INS.search(line)
+        if not (op and ins):
+            continue
+        types = tuple(t.split("x")[-1] for t in _TENSOR_ELEMENT.findall(ins.group(1)))
+        name = op.group(1)
+        named = bool(_NAMED_CONTRACTION.match(name))
+        generic = name == "linalg.generic" and '"reduction"' in line and len(types) >= 2
+        if (named or generic) and types:
+            found.append((name, types[:2]))
+    return found
+
+
+def global_optimization_ir(source: Path, flags: tuple[str, ...]) -> str:
+    """The module as IREE's global optimization leaves it: where dequantize → contraction has
+    become integer arithmetic and contraction inputs have been demoted, before codegen."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="edgekit-census-") as tmp:
+        output = Path(tmp) / "global-opt.mlir"
+        argv = [tool_path("iree-compile"), str(source), *flags,
+                "--compile-to=global-optimization", "--mlir-elide-elementsattrs-if-larger=4",
+                "--mlir-elide-resource-strings-if-larger=4", "-o", str(output)]
+        run_tool(argv, what="iree-compile (contraction census) failed")
+        return output.read_text()

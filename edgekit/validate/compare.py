@@ -32,12 +32,12 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
     max_abs = float(diff.max()) if diff.size else 0.0
     rel = diff / np.maximum(np.abs(e[finite]), np.finfo(np.float32).tiny)
     max_rel = float(rel.max()) if rel.size else 0.0
-    cosine = _cosine(a, e)
+    cosine_value = cosine(a, e)
     if diff.size and np.any(diff > tol.atol + tol.rtol * np.abs(e[finite])):
         problems.append(f"max abs error {max_abs:.3g} exceeds atol {tol.atol:g} + "
                         f"rtol {tol.rtol:g}")
-    if not cosine >= tol.min_cosine:  # also catches NaN
-        problems.append(f"cosine {cosine:.6f} below {tol.min_cosine}")
+    if not cosine_value >= tol.min_cosine:  # also catches NaN
+        problems.append(f"cosine {cosine_value:.6f} below {tol.min_cosine}")
     top1 = None
     if tol.top1 == "always" or (tol.top1 == "auto" and looks_like_logits(expected)):
         rows_a = a.reshape(-1, a.shape[-1]).argmax(axis=-1)
@@ -46,11 +46,11 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
         if top1 < 1.0:
             problems.append(f"top-1 agreement {top1:.1%}")
     return OutputComparison(name=name, shape=tuple(expected.shape), max_abs_error=max_abs,
-                            max_rel_error=max_rel, cosine=cosine, top1_agreement=top1,
+                            max_rel_error=max_rel, cosine=cosine_value, top1_agreement=top1,
                             ok=not problems, problems=tuple(problems))
 
 
-def _cosine(a: np.ndarray, e: np.ndarray) -> float:
+def cosine(a: np.ndarray, e: np.ndarray) -> float:
     a, e = a.ravel(), e.ravel()
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
         return float("nan")

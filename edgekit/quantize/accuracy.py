@@ -1,0 +1,50 @@
+"""How much a quantized model differs from the fp32 model on held-out samples."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from edgekit.errors import QuantizationError
+from edgekit.models.bundle import AccuracyReport, OutputAccuracy
+from edgekit.validate.compare import cosine, looks_like_logits
+
+Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
+
+
+def accuracy_report(reference: Run, quantized: Run, samples: Sequence[tuple[np.ndarray, ...]],
+                    source: str, names: Sequence[str]) -> AccuracyReport:
+    pairs = [(reference(s), quantized(s)) for s in samples]
+    outputs = []
+    for i, name in enumerate(names):
+        expected = [p[0][i].astype(np.float64) for p in pairs]
+        actual = [p[1][i].astype(np.float64) for p in pairs]
+        cosines = [cosine(a, e) for a, e in zip(actual, expected)]
+        top1 = None
+        if looks_like_logits(pairs[0][0][i]):
+            agree = [np.mean(a.reshape(-1, a.shape[-1]).argmax(-1) ==
+                             e.reshape(-1, e.shape[-1]).argmax(-1))
+                     for a, e in zip(actual, expected)]
+            top1 = float(np.mean(agree))
+        outputs.append(OutputAccuracy(
+            name=name, max_abs_error=float(max(np.abs(a - e).max() for a, e in
+                                               zip(actual, expected))),
+            min_cosine=float(np.min(cosines)), mean_cosine=float(np.mean(cosines)),
+            top1_agreement=top1))
+    return AccuracyReport(samples=len(samples), source=source, outputs=tuple(outputs))
+
+
+def check_floor(report: AccuracyReport, floor: float | None, mode: str, where: str) -> None:
+    """Fail the build when any output's worst held-out cosine is below the recipe's floor."""
+    if floor is None:
+        return
+    low = [o for o in report.outputs if not o.min_cosine >= floor]
+    if low:
+        worst = min(low, key=lambda o: o.min_cosine)
+        raise QuantizationError(
+            f"{mode}: output '{worst.name}' has cosine {worst.min_cosine:.6f} vs fp32 on "
+            f"held-out samples, below the recipe's floor min_cosine {floor}",
+            where=where,
+            hint="calibrate on more representative samples, try `weights: per-channel` or "
+                 "`int8-weights`/`fp16`, or lower `quantize.min_cosine`")

@@ -1,0 +1,115 @@
+"""Our own PT2E quantizer: which edges of the exported graph get int8 observers.
+
+PyTorch's XNNPACK-style quantizer now lives under `torchao.testing` and is deprecated, so edgekit
+annotates the graph itself with torchao's stable PT2E API (`prepare_pt2e` / `convert_pt2e`).
+What gets quantized is exactly the inputs of contractions (convolutions, linear layers,
+matmuls): weights symmetric int8 (per channel by default), activations affine int8 per tensor.
+Outputs stay float, so every contraction reads int8 and the rest of the graph is unchanged;
+IREE's global optimization turns dequantize → contraction into int8×int8→int32 arithmetic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+
+import torch
+
+aten = torch.ops.aten
+
+# (op, index of the activation input, index of the weight input or None for two activations)
+_CONTRACTIONS = {
+    aten.conv1d.default: (0, 1), aten.conv2d.default: (0, 1), aten.conv3d.default: (0, 1),
+    aten.linear.default: (0, 1),
+    aten.matmul.default: (0, None), aten.bmm.default: (0, None), aten.mm.default: (0, None),
+}
+
+
+@contextlib.contextmanager
+def _quiet_torchao():
+    """torchao logs warnings about optional GPU kernels it cannot load on import."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _specs(per_channel: bool):
+    from torchao.quantization.pt2e.observer import (HistogramObserver, MinMaxObserver,
+                                                     PerChannelMinMaxObserver)
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+    activation = QuantizationSpec(
+        dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine,
+        observer_or_fake_quant_ctr=HistogramObserver.with_args(eps=2 ** -12))
+    qscheme = torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric
+    observer = PerChannelMinMaxObserver if per_channel else MinMaxObserver
+    # -127..127: a symmetric range keeps zero exactly representable and -w == -(w)
+    weight = QuantizationSpec(
+        dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=qscheme, ch_axis=0,
+        observer_or_fake_quant_ctr=observer.with_args(eps=2 ** -12, qscheme=qscheme))
+    return activation, weight
+
+
+def _quantizer(per_channel: bool, weights_only: bool):
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
+    activation, weight = _specs(per_channel)
+
+    class ContractionInputsQuantizer(Quantizer):
+        def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            for node in model.graph.nodes:
+                roles = _CONTRACTIONS.get(node.target) if node.op == "call_function" else None
+                if roles is None:
+                    continue
+                act_index, weight_index = roles
+                specs = {}
+                if weight_index is not None and _is_constant(model, node.args[weight_index]):
+                    specs[node.args[weight_index]] = weight
+                    if not weights_only:
+                        specs[node.args[act_index]] = activation
+                elif not weights_only:  # activation × activation (attention)
+                    specs = {node.args[0]: activation, node.args[1]: activation}
+                if specs:
+                    node.meta["quantization_annotation"] = QuantizationAnnotation(
+                        input_qspec_map=specs, _annotated=True)
+            return model
+
+        def validate(self, model: torch.fx.GraphModule) -> None:
+            pass
+
+    return ContractionInputsQuantizer()
+
+
+def _is_constant(model: torch.fx.GraphModule, node) -> bool:
+    """A weight: a parameter/buffer read (`get_attr`) rather than a computed activation."""
+    return isinstance(node, torch.fx.Node) and node.op == "get_attr"
+
+
+def quantize_graph(graph: torch.fx.GraphModule, calibration: Iterable[tuple[torch.Tensor, ...]],
+                   per_channel: bool, weights_only: bool) -> torch.fx.GraphModule:
+    """Annotate, observe the calibration batches (none needed for weights only), convert."""
+    with _quiet_torchao():
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        prepared = prepare_pt2e(graph, _quantizer(per_channel, weights_only))
+        with torch.no_grad():
+            for batch in calibration:
+                prepared(*batch)
+        return convert_pt2e(prepared)
+
+
+def quantized_contractions(graph: torch.fx.GraphModule) -> int:
+    """How many contractions read a dequantized operand (0: the quantizer found nothing)."""
+    dequantize = {"dequantize_per_tensor", "dequantize_per_channel"}
+    count = 0
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and node.target in _CONTRACTIONS:
+            if any(isinstance(a, torch.fx.Node) and a.op == "call_function"
+                   and getattr(a.target, "__name__", "").split(".")[0] in dequantize
+                   for a in node.args[:2]):
+                count += 1
+    return count

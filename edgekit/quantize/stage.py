@@ -1,0 +1,105 @@
+"""Stage `quantize`: the exported fp32 model → the model the recipe's `quantize:` asks for.
+
+- int8: contraction inputs quantized (weights int8, activations int8 calibrated per tensor);
+- int8-weights: only the weights (no calibration; compute stays float);
+- fp16: the graph is unchanged (IREE demotes contraction inputs at compile time); the reference
+  is the fp32 graph with contraction inputs rounded to f16.
+
+Golden outputs become the quantized reference's outputs, so validation checks the compiler and
+the device, not the quantization error; that error is measured here, against the fp32 model on
+held-out samples, and may fail the build (`quantize.min_cosine`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from edgekit.config.recipe import Recipe
+from edgekit.errors import ConfigError, ModelLoadError, QuantizationError
+from edgekit.models.bundle import QuantizationNote
+from edgekit.pipeline.export import ExportedModel, dynamic_shapes, program_digest
+from edgekit.quantize.accuracy import accuracy_report, check_floor
+from edgekit.quantize.samples import as_batches, calibration_samples, held_out_samples
+
+Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
+
+
+def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
+    quantize = recipe.quantize
+    if quantize is None:
+        return exported
+    if not isinstance(exported.program, torch.export.ExportedProgram):
+        raise ConfigError("`quantize:` applies to PyTorch models", where=str(recipe.path),
+                          key="quantize",
+                          hint="quantize an ONNX model with onnxruntime's quantize_static in QDQ "
+                               "format and build it without `quantize:`")
+    fp32 = _runner(exported.program.module())
+    names = [o.name for o in exported.outputs]
+    held_out, source = held_out_samples(recipe, exported.inputs)
+    if quantize.mode == "fp16":
+        from edgekit.quantize.fp16 import Fp16Contractions
+        reference = _runner(exported.program.module(), Fp16Contractions)
+        program, digest, note = exported.program, exported.digest, {}
+    else:
+        weights_only = quantize.mode == "int8-weights"
+        calibration = [] if weights_only else calibration_samples(recipe, exported.inputs)
+        from edgekit.quantize.int8 import quantize_graph, quantized_contractions
+        try:
+            graph = quantize_graph(exported.program.module(), as_batches(calibration),
+                                   per_channel=quantize.weights == "per-channel",
+                                   weights_only=weights_only)
+        except Exception as exc:  # torchao raises many kinds on graphs it cannot annotate
+            raise QuantizationError(f"{quantize.mode}: quantizing the graph failed: "
+                                    f"{type(exc).__name__}: {exc}", where="stage quantize") \
+                from None
+        count = quantized_contractions(graph)
+        if count == 0:
+            raise QuantizationError(f"{quantize.mode}: the model has no convolution, linear or "
+                                    "matmul to quantize", where="stage quantize",
+                                    hint="drop `quantize:` (nothing would change)")
+        program = _reexport(recipe, graph, exported)
+        reference = _runner(graph)
+        digest = program_digest(program)
+        note = {"weights": quantize.weights or "", "quantized_ops": count,
+                "calibration": (f"{quantize.calibration} ({len(calibration)} samples)"
+                                if calibration else "")}
+    report = accuracy_report(fp32, reference, held_out, source, names)
+    check_floor(report, quantize.min_cosine, quantize.mode, where=f"{recipe.path} (quantize)")
+    golden = tuple(reference(exported.samples))
+    return dataclasses.replace(
+        exported, program=program, digest=digest, golden=golden,
+        quantization=QuantizationNote(mode=quantize.mode, accuracy=report, **note))
+
+
+def _reexport(recipe: Recipe, graph: torch.fx.GraphModule,
+              exported: ExportedModel) -> torch.export.ExportedProgram:
+    args = tuple(torch.from_numpy(np.array(s)) for s in exported.samples)
+    try:
+        return torch.export.export(graph, args, dynamic_shapes=dynamic_shapes(recipe))
+    except Exception as exc:  # torch.export raises many kinds
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"exporting the quantized model failed: {first}",
+                             where="stage quantize") from None
+
+
+def _runner(graph: torch.fx.GraphModule, mode=None) -> Run:
+    def run(sample: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        args = next(as_batches([sample]))
+        with torch.no_grad(), (mode() if mode else _nothing()):
+            flat, _ = pytree.tree_flatten(graph(*args))
+        return tuple(t.detach().contiguous().numpy() for t in flat
+                     if isinstance(t, torch.Tensor))
+    return run
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
