@@ -51,7 +51,10 @@ def build_summary(result: BuildResult) -> None:
 
 def quantization_summary(q) -> None:
     c = q.contractions
-    compute = (f"{c.integer} of {c.total} contractions integer" if q.mode == "int8" else
+    compute = (f"{c.integer} of {c.total} contractions integer"
+               + (f" [yellow]({c.f32 + c.f16 + c.other} stay float: "
+                  f"{', '.join(c.examples)})[/]" if c.integer < c.total else "")
+               if q.mode == "int8" else
                f"{c.f16} of {c.total} contractions with f16 inputs" if q.mode == "fp16" else
                f"int8 weights, {c.total} float contractions") if c else "not checked"
     out.print(f"  quantization: {q.mode}"

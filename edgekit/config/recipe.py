@@ -119,6 +119,9 @@ class Quantize(Frozen):
         default=None, description="int8 weight scales: one per output channel or one per tensor "
                                   "(default: per-channel for int8; per-tensor for int8-weights, "
                                   "whose per-channel form IREE 3.13 does not compile)")
+    allow_float_contractions: bool = pydantic.Field(
+        default=False, description="int8: build even when some contractions stay floating point "
+                                   "(the manifest records how many); default: refuse")
     min_cosine: float | None = pydantic.Field(
         default=None, ge=-1, le=1,
         description="fail the build when any held-out sample's output cosine vs fp32 is lower")

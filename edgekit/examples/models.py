@@ -187,3 +187,48 @@ def text_encoder():
 def kws_mlp():
     _seeded()
     return KeywordSpottingMLP().eval(), (torch.randn(1, 49, 10),)
+
+
+# --- small models for quantized builds (tests and the quantization recipes) --------------------
+
+class SmallCNN(nn.Module):
+    """A 32x32 image classifier: 3x3 conv-bn-relu stages and a pooled linear head (3x3 dense
+    convolutions: IREE 3.13 keeps int8 1x1 and depthwise convolutions in f32)."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        stage = lambda cin, cout, stride: nn.Sequential(  # noqa: E731
+            nn.Conv2d(cin, cout, 3, stride, padding=1, bias=False), nn.BatchNorm2d(cout),
+            nn.ReLU())
+        self.features = nn.Sequential(stage(3, 16, 2), stage(16, 32, 1), stage(32, 64, 2),
+                                      stage(64, 64, 1))
+        self.head = nn.Linear(64, classes)
+
+    def forward(self, image):
+        return self.head(self.features(image).mean(dim=(2, 3)))
+
+
+def small_cnn():
+    _seeded()
+    return _realistic(SmallCNN(), (1, 3, 32, 32)), (torch.randn(1, 3, 32, 32),)
+
+
+def transformer_block():
+    """One pre-norm encoder layer (attention + MLP), sequence 16, width 64."""
+    _seeded()
+    return EncoderLayer(64, 4, 128).eval(), (torch.randn(1, 16, 64),)
+
+
+def _calibration(shape: tuple[int, ...], count: int = 16, seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        yield (torch.randn(*shape, generator=generator),)
+
+
+def small_cnn_calibration():
+    """Calibration batches for `small_cnn` (random images: stand-ins for a real dataset)."""
+    return _calibration((1, 3, 32, 32))
+
+
+def transformer_block_calibration():
+    return _calibration((1, 16, 64))

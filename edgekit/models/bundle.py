@@ -97,6 +97,7 @@ class QuantizationNote(Frozen):
     weights: str = ""                 # per-tensor | per-channel (int8 modes)
     calibration: str = ""             # source, and how many samples
     quantized_ops: int = 0            # contractions the quantizer gave int8 inputs
+    allow_float_contractions: bool = False
     accuracy: AccuracyReport
     lowering: str = ""                # the path the module took (set at compile)
     contractions: ContractionCensus | None = None

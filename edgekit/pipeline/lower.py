@@ -120,14 +120,16 @@ def check_quantized(compiled: CompiledModule, target: Target, workdir: Path) -> 
     census = _census(types)
     used = compiled.lowering.used
     float_ops = census.f32 + census.f16 + census.other
-    if note.mode == "int8" and (census.total == 0 or float_ops):
+    if note.mode == "int8" and (census.total == 0 or float_ops) and not (
+            note.allow_float_contractions and census.integer):
         raise QuantizationError(
             f"int8: {float_ops} of {census.total} contractions compute in floating point after "
             f"the {used} lowering ({', '.join(census.examples) or 'none found'}); "
             "refusing to call this module int8", where="stage check quantization",
             hint="use `lowering: auto` or `torch` (torch-mlir's tosa/linalg outputs dequantize "
                  "int8 weights to fp32)" if used != "torch" else
-                 "these ops were not quantized; report the model to edgekit")
+                 "IREE 3.13 keeps int8 1x1 and depthwise convolutions in f32; set "
+                 "`quantize.allow_float_contractions: true` to accept a partly integer module")
     if note.mode == "fp16" and census.f32:
         raise QuantizationError(
             f"fp16: {census.f32} of {census.total} contractions still read f32 "

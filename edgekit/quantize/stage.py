@@ -48,9 +48,11 @@ def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
     else:
         weights_only = quantize.mode == "int8-weights"
         calibration = [] if weights_only else calibration_samples(recipe, exported.inputs)
+        # weight observers see the weights on any forward pass: one golden sample will do
+        observed = calibration or [exported.samples]
         from edgekit.quantize.int8 import quantize_graph, quantized_contractions
         try:
-            graph = quantize_graph(exported.program.module(), as_batches(calibration),
+            graph = quantize_graph(exported.program.module(), as_batches(observed),
                                    per_channel=quantize.weights == "per-channel",
                                    weights_only=weights_only)
         except Exception as exc:  # torchao raises many kinds on graphs it cannot annotate
@@ -66,6 +68,7 @@ def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
         reference = _runner(graph)
         digest = program_digest(program)
         note = {"weights": quantize.weights or "", "quantized_ops": count,
+                "allow_float_contractions": quantize.allow_float_contractions,
                 "calibration": (f"{quantize.calibration} ({len(calibration)} samples)"
                                 if calibration else "")}
     report = accuracy_report(fp32, reference, held_out, source, names)

@@ -33,7 +33,10 @@ def target_flags(target: Target) -> tuple[str, ...]:
 # What makes a quantization mode what it is (speed flags per mode are data in the profiles).
 # fp16: the demotion's default operation set is empty, and on CPU convolutions are only demoted
 # once im2col has turned them into matmuls (measured; the contraction census checks it).
-MODE_FLAGS = {"fp16": ("--iree-global-opt-demote-contraction-inputs-type=f16",
+# int8-weights: without const-eval the int8 weights stay int8 in the module (dequantized when
+# the module runs) instead of being folded back to f32 constants at compile time.
+MODE_FLAGS = {"int8-weights": ("--iree-opt-const-eval=false",),
+              "fp16": ("--iree-global-opt-demote-contraction-inputs-type=f16",
                        "--iree-global-opt-demote-contraction-inputs-operations=all",
                        "--iree-global-opt-use-im2col-for-convs")}
 

@@ -132,3 +132,23 @@ def test_the_json_schema_describes_recipe_keys():
     schema = recipe_json_schema()
     json.dumps(schema)
     assert {"model", "inputs", "lowering", "validation"} <= set(schema["properties"])
+
+
+def test_quantize_shorthand_and_int8_needs_calibration(tmp_path):
+    from edgekit.config.recipe import load_recipe
+    from edgekit.errors import ConfigError
+    ok = tmp_path / "ok.yaml"
+    ok.write_text('model: {python: "m:f"}\nquantize: fp16\n')
+    assert load_recipe(ok).quantize.mode == "fp16" and load_recipe(ok).quantize.weights is None
+    weights = tmp_path / "w.yaml"
+    weights.write_text('model: {python: "m:f"}\nquantize: int8-weights\n')
+    assert load_recipe(weights).quantize.weights == "per-tensor"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('name: x\nmodel: {python: "m:f"}\nquantize: int8\n')
+    with pytest.raises(ConfigError) as err:
+        load_recipe(bad)
+    assert "bad.yaml:3" in str(err.value) and "calibration" in str(err.value)
+    missing = tmp_path / "missing.yaml"
+    missing.write_text('model: {python: "m:f"}\nquantize: {mode: int8, calibration: no.npz}\n')
+    with pytest.raises(ConfigError, match="file not found"):
+        load_recipe(missing)
