@@ -6,14 +6,22 @@ from edgekit.pipeline.lower import _census
 from edgekit.quantize.fp16 import Fp16Contractions
 from edgekit.toolchain.iree import contraction_element_types
 
-GLOBAL_OPT = """
-    %3 = linalg.generic {indexing_maps = [], iterator_types = ["parallel", "reduction"]} ins(%1, %cst : tensor<8x32xi8>, tensor<96x32xi8>) outs(%2 : tensor<8x96xi32>) {  # noqa: E501
-    %4 = linalg.generic {indexing_maps = [], iterator_types = ["parallel", "reduction"]} ins(%1 : tensor<8x32xi8>) outs(%2 : tensor<8xi32>) {  # noqa: E501
-    %5 = linalg.matmul ins(%a, %b : tensor<1x16xf32>, tensor<16x10xf32>) outs(%c : tensor<1x10xf32>) -> tensor<1x10xf32>  # noqa: E501
-    %6 = linalg.batch_matmul ins(%a, %b : tensor<2x8x16xf16>, tensor<2x16x8xf16>) outs(%c : tensor<2x8x8xf32>) -> tensor<2x8x8xf32>  # noqa: E501
-    %7 = linalg.generic {indexing_maps = [], iterator_types = ["parallel", "parallel"]} ins(%5, %x : tensor<1x10xf32>, tensor<1x10xf32>) outs(%c : tensor<1x10xf32>) {  # noqa: E501
-    %8 = linalg.pooling_nchw_max ins(%a, %w : tensor<1x3x8x8xf32>, tensor<2x2xf32>) outs(%c : tensor<1x3x4x4xf32>) -> tensor<1x3x4x4xf32>  # noqa: E501
-"""
+# global-optimization output, one op per line; R/P stand for the iterator types
+GLOBAL_OPT = "\n".join([
+    "%3 = linalg.generic {indexing_maps = [], R} ins(%1, %cst : tensor<8x32xi8>, "
+    "tensor<96x32xi8>) outs(%2 : tensor<8x96xi32>) {",
+    "%4 = linalg.generic {indexing_maps = [], R} ins(%1 : tensor<8x32xi8>) "
+    "outs(%2 : tensor<8xi32>) {",
+    "%5 = linalg.matmul ins(%a, %b : tensor<1x16xf32>, tensor<16x10xf32>) "
+    "outs(%c : tensor<1x10xf32>) -> tensor<1x10xf32>",
+    "%6 = linalg.batch_matmul ins(%a, %b : tensor<2x8x16xf16>, tensor<2x16x8xf16>) "
+    "outs(%c : tensor<2x8x8xf32>) -> tensor<2x8x8xf32>",
+    "%7 = linalg.generic {indexing_maps = [], P} ins(%5, %x : tensor<1x10xf32>, "
+    "tensor<1x10xf32>) outs(%c : tensor<1x10xf32>) {",
+    "%8 = linalg.pooling_nchw_max ins(%a, %w : tensor<1x3x8x8xf32>, tensor<2x2xf32>) "
+    "outs(%c : tensor<1x3x4x4xf32>) -> tensor<1x3x4x4xf32>",
+]).replace("R}", 'iterator_types = ["parallel", "reduction"]}').replace(
+    "P}", 'iterator_types = ["parallel", "parallel"]}')
 
 
 def test_the_census_counts_two_input_contractions_by_element_type():
