@@ -64,7 +64,7 @@ class QuantizationError(EdgekitError):
     """A quantized build that does not deliver what it claims: accuracy below the recipe's
     floor, or an int8 module whose contractions compute in floating point."""
 
-    exit_code = 9
+    exit_code = 18
 
 
 class ToolError(EdgekitError):

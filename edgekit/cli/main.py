@@ -56,14 +56,25 @@ def cli() -> None:
 @click.option("--tar", is_flag=True, help="also write the bundle as <out>.tar")
 @click.option("--no-tuned", is_flag=True, help="ignore `edgekit tune`'s choice: the profile's "
               "default lowering and flags")
+@click.option("--compare-quantization", is_flag=True, help="build fp32, int8 (with the "
+              "recipe's calibration), int8-weights and fp16; report size, accuracy, latency")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool,
-          no_tuned: bool, as_json: bool) -> None:
+          no_tuned: bool, compare_quantization: bool, as_json: bool) -> None:
     """Build a deployable bundle for a target from a recipe."""
     from edgekit.pipeline.build import BuildOptions, build as run_build
     options = BuildOptions(recipe=recipe, target=target, out=out, use_cache=not no_cache, tar=tar,
                            use_tuned=not no_tuned)
+    if compare_quantization:
+        from edgekit.pipeline.compare_quantization import compare_quantization as compare
+        with render.err.status("building…") as status:
+            results = compare(options, say=status.update)
+        if as_json:
+            render.emit_json(render.quantization_comparison_json(results))
+        else:
+            render.quantization_comparison(results)
+        return
     if as_json:
         render.emit_json(render.build_json(run_build(options)))
         return

@@ -69,6 +69,43 @@ def quantization_summary(q) -> None:
                   f"max abs error {o.max_abs_error:.3g}{top1}")
 
 
+def quantization_comparison(results) -> None:
+    """Size, accuracy vs fp32, compute and host latency per mode (`build --compare-quantization`)."""
+    from rich.table import Table
+    base = next((r for r in results if r.mode == "fp32" and r.bundle), None)
+    table = Table(title="quantization: does it pay off?", min_width=100)
+    for column in ("mode", "module", "size vs fp32", "min cosine", "max abs err", "top-1",
+                   "contractions", "p50 ms", "speed vs fp32"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    for r in results:
+        if not r.bundle:
+            table.add_row(r.mode, f"[yellow]{r.status}[/]", r.reason, *[""] * 6)
+            continue
+        q = r.quantization
+        acc = q.accuracy.outputs[0] if q else None
+        c = q.contractions if q else None
+        compute = (" ".join(f"{n}{kind}" for n, kind in ((c.integer, "i8"), (c.f16, "f16"),
+                                                         (c.f32, "f32")) if n) if c else "f32")
+        speed = (f"{base.p50_ms / r.p50_ms:.2f}×" if base and base.p50_ms and r.p50_ms else "")
+        table.add_row(
+            r.mode, f"{r.size:,} B", f"{r.size / base.size:.2f}×" if base else "",
+            f"{acc.min_cosine:.6f}" if acc else "1", f"{acc.max_abs_error:.3g}" if acc else "0",
+            f"{acc.top1_agreement:.1%}" if acc and acc.top1_agreement is not None else "",
+            compute, f"{r.p50_ms:.4f}" if r.p50_ms else "n/a (not runnable here)", speed)
+    out.print(table)
+    for r in results:
+        if r.bundle:
+            out.print(f"  {r.mode}: {r.bundle.path}")
+
+
+def quantization_comparison_json(results) -> list[dict]:
+    return [{"mode": r.mode, "status": r.status, "reason": r.reason,
+             "bundle": str(r.bundle.path) if r.bundle else None, "module_bytes": r.size,
+             "p50_ms": r.p50_ms,
+             "quantization": (r.quantization.model_dump(mode="json") if r.quantization else None)}
+            for r in results]
+
+
 def build_json(result: BuildResult) -> dict:
     return {"bundle": str(result.bundle.path), "cached": result.cached,
             "seconds": round(result.seconds, 3), "stage_seconds": result.stage_seconds,

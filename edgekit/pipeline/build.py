@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.config.recipe import Recipe, load_recipe
+from edgekit.config.recipe import Quantize, Recipe, load_recipe
 from edgekit.config.profiles import Target, load_target
 from edgekit.models.bundle import (Bundle, TuningNote, load_bundle, sha256_file, write_manifest,
                                    write_tar)
@@ -60,6 +60,7 @@ class BuildOptions:
     tar: bool = False               # also write <out>.tar
     use_tuned: bool = True          # apply `edgekit tune`'s choice for this model and target
     variant: Variant | None = None  # build this lowering + flag set instead (tune's candidates)
+    quantize: str | None = None     # "none" or a mode: overrides the recipe's `quantize:` mode
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ check_plan(BACK, ExportedModel, Bundle)
 def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) -> BuildResult:
     """Build (or fetch from the cache) the bundle for a recipe and target profile."""
     started = time.perf_counter()
-    recipe = load_recipe(options.recipe)
+    recipe = with_quantize_mode(load_recipe(options.recipe), options.quantize)
     target = load_target(options.target)
     out = (options.out or Path("build") / f"{recipe.name}-{target.name}").resolve()
     timings: dict[str, float] = {}
@@ -141,6 +142,18 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     tar = write_tar(out, out.parent / f"{out.name}.tar") if options.tar else None
     return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
                        stage_seconds=timings, tar=tar)
+
+
+def with_quantize_mode(recipe: Recipe, mode: str | None) -> Recipe:
+    """The recipe with another quantization mode, keeping its calibration and accuracy
+    settings ("none": the fp32 model)."""
+    if mode is None:
+        return recipe
+    settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize else {}
+    quantize = None if mode == "none" else Quantize.model_validate({**settings, "mode": mode})
+    changed = recipe.model_copy(update={"quantize": quantize})
+    changed._path = recipe.path
+    return changed
 
 
 def build_key(recipe: Recipe, target: Target, exported: ExportedModel) -> str:

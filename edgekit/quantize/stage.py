@@ -13,6 +13,7 @@ held-out samples, and may fail the build (`quantize.min_cosine`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -83,7 +84,9 @@ def _reexport(recipe: Recipe, graph: torch.fx.GraphModule,
               exported: ExportedModel) -> torch.export.ExportedProgram:
     args = tuple(torch.from_numpy(np.array(s)) for s in exported.samples)
     try:
-        return torch.export.export(graph, args, dynamic_shapes=dynamic_shapes(recipe))
+        with warnings.catch_warnings():  # torch's own deprecation chatter about pytree specs
+            warnings.simplefilter("ignore", FutureWarning)
+            return torch.export.export(graph, args, dynamic_shapes=dynamic_shapes(recipe))
     except Exception as exc:  # torch.export raises many kinds
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"exporting the quantized model failed: {first}",

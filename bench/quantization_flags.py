@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Each compile flag's effect on fp32, int8 and fp16 modules, vs onnxruntime fp32 (= 1.00×).
+
+For each model (the in-tree small CNN and transformer block by default; `--models` takes any
+factory in edgekit.examples.models with a `<name>_calibration`), this builds fp32, int8
+(calibrated) and fp16 variants for `host` with each flag set below — through a profile that
+extends `host` with no `quantize_flags`, so only the listed flags apply — and times every
+module and onnxruntime in ONE process, interleaved round by round, 1 thread. A build the
+contraction check refuses (e.g. int8 + im2col: the convolutions go back to f32) is listed
+with the reason: that flag set cannot be an int8 profile flag.
+
+    python bench/quantization_flags.py
+    python bench/quantization_flags.py --models small_cnn --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from host_latency import iree_runner, ort_runner, time_interleaved  # noqa: E402
+
+from edgekit.errors import EdgekitError  # noqa: E402
+from edgekit.examples import models as examples  # noqa: E402
+from edgekit.pipeline.build import BuildOptions, build  # noqa: E402
+
+FLAG_SETS = {
+    "none": [],
+    "im2col": ["--iree-global-opt-use-im2col-for-convs"],
+    "data-tiling": ["--iree-opt-data-tiling"],
+    "im2col+data-tiling": ["--iree-global-opt-use-im2col-for-convs", "--iree-opt-data-tiling"],
+}
+MODES = ("fp32", "int8", "fp16")
+
+
+def recipe_for(model: str, mode: str, flags: list[str], directory: Path) -> Path:
+    lines = [f"name: {model}-{mode}", f'model: {{python: "edgekit.examples.models:{model}"}}',
+             f"compile: {{flags: [{', '.join(flags)}]}}"]
+    if mode == "int8":
+        lines.append(f'quantize: {{mode: int8, calibration: '
+                     f'"edgekit.examples.models:{model}_calibration"}}')
+    elif mode != "fp32":
+        lines.append(f"quantize: {mode}")
+    path = directory / f"{model}-{mode}-{len(flags)}-{abs(hash(tuple(flags)))}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="small_cnn,transformer_block")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--budget", type=float, default=6.0, help="seconds of timing per model")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="edgekit-qbench-"))
+    profile = work / "host-plain.yaml"
+    profile.write_text("extends: host\nquantize_flags: {}\n")
+    rows = []
+    for model in args.models.split(","):
+        module, example = getattr(examples, model)()
+        inputs = [t.numpy() for t in example]
+        runners = {"onnxruntime fp32": ort_runner(module, inputs, 1)}
+        refused = {}
+        for mode in MODES:
+            for name, flags in FLAG_SETS.items():
+                key = f"{mode} {name}"
+                try:
+                    bundle = build(BuildOptions(recipe=recipe_for(model, mode, flags, work),
+                                                target=str(profile), out=work / "b" / key,
+                                                use_tuned=False)).bundle
+                except EdgekitError as exc:
+                    refused[key] = exc.what.strip().splitlines()[0][:120]
+                    continue
+                runners[key] = iree_runner(bundle.module, inputs, 1)
+        timed = time_interleaved(runners, args.rounds, args.budget)
+        ort = timed["onnxruntime fp32"]["median_ms"]
+        for key, t in timed.items():
+            rows.append({"model": model, "variant": key, "ms": t["median_ms"],
+                         "vs_ort": t["median_ms"] / ort})
+        rows += [{"model": model, "variant": k, "refused": why} for k, why in refused.items()]
+    print("\n| model | variant | ms | vs onnxruntime fp32 |\n|---|---|---|---|")
+    for r in rows:
+        if "refused" in r:
+            print(f"| {r['model']} | {r['variant']} | refused | {r['refused']} |")
+        else:
+            print(f"| {r['model']} | {r['variant']} | {r['ms']:.4f} | {r['vs_ort']:.2f}× |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main()

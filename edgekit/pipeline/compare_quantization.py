@@ -1,0 +1,75 @@
+"""`edgekit build --compare-quantization`: does quantizing pay off for this model and target?
+
+Builds the fp32 model and each quantization mode for the target (int8 only when the recipe
+names calibration data), then reports module size, accuracy vs fp32 on held-out samples, the
+kind of compute and — when this machine runs the target — latency, measured interleaved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.config.profiles import load_target
+from edgekit.config.recipe import load_recipe
+from edgekit.errors import EdgekitError
+from edgekit.models.bundle import Bundle, QuantizationNote
+from edgekit.pipeline.build import BuildOptions, build
+
+MODES = ("none", "int8", "int8-weights", "fp16")
+
+
+@dataclass
+class ModeResult:
+    mode: str                        # "fp32" for the unquantized build
+    status: str                      # built | skipped | failed
+    reason: str = ""
+    bundle: Bundle | None = None
+    size: int = 0
+    p50_ms: float | None = None
+
+    @property
+    def quantization(self) -> QuantizationNote | None:
+        return self.bundle.manifest.quantization if self.bundle else None
+
+
+def compare_quantization(options: BuildOptions, rounds: int = 5, repetitions: int = 10,
+                         say: Callable[[str], None] = lambda _: None) -> list[ModeResult]:
+    recipe = load_recipe(options.recipe)
+    base_out = options.out or Path("build") / f"{recipe.name}-{load_target(options.target).name}"
+    results: list[ModeResult] = []
+    for mode in MODES:
+        label = "fp32" if mode == "none" else mode
+        if mode == "int8" and not (recipe.quantize and recipe.quantize.calibration):
+            results.append(ModeResult(label, "skipped", "no `quantize.calibration` in the recipe"))
+            continue
+        say(f"building {label}")
+        try:
+            built = build(dataclasses.replace(options, quantize=mode, tar=False,
+                                              out=base_out.with_name(f"{base_out.name}-{label}")))
+        except EdgekitError as exc:
+            results.append(ModeResult(label, "failed", exc.what.strip().splitlines()[0][:200]))
+            continue
+        results.append(ModeResult(label, "built", bundle=built.bundle,
+                                  size=built.bundle.module.stat().st_size))
+    _measure_latency([r for r in results if r.bundle], options.target, rounds, repetitions, say)
+    return results
+
+
+def _measure_latency(results: list[ModeResult], target_name: str, rounds: int,
+                     repetitions: int, say: Callable[[str], None]) -> None:
+    """Median of per-round medians, the modes interleaved round by round (1 thread)."""
+    from edgekit.pipeline.tune import bench_local, runs_here
+    if not runs_here(load_target(target_name)):
+        return
+    per_mode: dict[str, list[float]] = {r.mode: [] for r in results}
+    for i in range(rounds):
+        say(f"timing round {i + 1}/{rounds}")
+        for r in results:
+            per_mode[r.mode].append(statistics.median(
+                bench_local(r.bundle, threads=1, repetitions=repetitions, warmup=2)))
+    for r in results:
+        r.p50_ms = statistics.median(per_mode[r.mode])
