@@ -70,7 +70,7 @@ def quantization_summary(q) -> None:
 
 
 def quantization_comparison(results) -> None:
-    """Size, accuracy vs fp32, compute and host latency per mode (`build --compare-quantization`)."""
+    """Size, accuracy vs fp32, compute and host latency per mode (`--compare-quantization`)."""
     from rich.table import Table
     base = next((r for r in results if r.mode == "fp32" and r.bundle), None)
     table = Table(title="quantization: does it pay off?", min_width=100)
