@@ -46,9 +46,8 @@ class Variant:
         """The recipe with this lowering, and this set's flags before the recipe's own."""
         compile_options = recipe.compile.model_copy(
             update={"flags": (*self.flags, *recipe.compile.flags)})
-        tuned = recipe.model_copy(update={"lowering": self.lowering, "compile": compile_options})
-        tuned._path = recipe.path
-        return tuned
+        # model_copy keeps the private `_path`, so relative paths still resolve
+        return recipe.model_copy(update={"lowering": self.lowering, "compile": compile_options})
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ BACK: tuple[Stage[BuildContext], ...] = (
                                                   ctx.recipe.compile.flags, ctx.workdir,
                                                   ctx.reproducer_dir)),
     Stage("check quantization", CompiledModule, CompiledModule,
-          lambda ctx, compiled: check_quantized(compiled, ctx.target, ctx.workdir)),
+          lambda ctx, compiled: check_quantized(compiled, ctx.target)),
     Stage("package", CompiledModule, Bundle,
           lambda ctx, compiled: package_bundle(compiled, BundleIdentity.of(ctx.recipe),
                                                ctx.target, ctx.bundle_dir)),
@@ -110,7 +109,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     started = time.perf_counter()
     recipe = with_quantize_mode(load_recipe(options.recipe), options.quantize)
     target = load_target(options.target)
-    out = (options.out or Path("build") / f"{recipe.name}-{target.name}").resolve()
+    out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
     try:
@@ -144,6 +143,10 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
                        stage_seconds=timings, tar=tar)
 
 
+def default_out(recipe: Recipe, target: Target) -> Path:
+    return Path("build") / f"{recipe.name}-{target.name}"
+
+
 def with_quantize_mode(recipe: Recipe, mode: str | None) -> Recipe:
     """The recipe with another quantization mode, keeping its calibration and accuracy
     settings ("none": the fp32 model)."""
@@ -151,9 +154,7 @@ def with_quantize_mode(recipe: Recipe, mode: str | None) -> Recipe:
         return recipe
     settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize else {}
     quantize = None if mode == "none" else Quantize.model_validate({**settings, "mode": mode})
-    changed = recipe.model_copy(update={"quantize": quantize})
-    changed._path = recipe.path
-    return changed
+    return recipe.model_copy(update={"quantize": quantize})
 
 
 def build_key(recipe: Recipe, target: Target, exported: ExportedModel) -> str:

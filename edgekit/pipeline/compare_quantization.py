@@ -11,13 +11,12 @@ import dataclasses
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle, QuantizationNote
-from edgekit.pipeline.build import BuildOptions, build
+from edgekit.pipeline.build import BuildOptions, build, default_out
 
 MODES = ("none", "int8", "int8-weights", "fp16")
 
@@ -39,7 +38,7 @@ class ModeResult:
 def compare_quantization(options: BuildOptions, rounds: int = 5, repetitions: int = 10,
                          say: Callable[[str], None] = lambda _: None) -> list[ModeResult]:
     recipe = load_recipe(options.recipe)
-    base_out = options.out or Path("build") / f"{recipe.name}-{load_target(options.target).name}"
+    base_out = options.out or default_out(recipe, load_target(options.target))
     results: list[ModeResult] = []
     for mode in MODES:
         label = "fp32" if mode == "none" else mode

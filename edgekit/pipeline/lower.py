@@ -7,6 +7,7 @@ stage and points at a reproducer directory with the MLIR that failed.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
     raise _all_failed(attempts, reproducer_dir)
 
 
-def check_quantized(compiled: CompiledModule, target: Target, workdir: Path) -> CompiledModule:
+def check_quantized(compiled: CompiledModule, target: Target) -> CompiledModule:
     """Count what the compiled module's contractions compute in, and refuse a module that
     does not deliver its mode: int8 must be all-integer, fp16 must have no f32 contraction."""
     note = compiled.quantization
@@ -137,8 +138,7 @@ def check_quantized(compiled: CompiledModule, target: Target, workdir: Path) -> 
             hint="the target's compiler flags override the f16 demotion; check `flags:` in "
                  f"the profile {target.source}")
     updated = note.model_copy(update={"lowering": used, "contractions": census})
-    return CompiledModule(compiled.exported, compiled.vmfb, compiled.flags, compiled.lowering,
-                          source=compiled.source, quantization=updated)
+    return dataclasses.replace(compiled, quantization=updated)
 
 
 def _census(types: list[tuple[str, tuple[str, ...]]]) -> ContractionCensus:

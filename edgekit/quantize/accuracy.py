@@ -8,7 +8,7 @@ import numpy as np
 
 from edgekit.errors import QuantizationError
 from edgekit.models.bundle import AccuracyReport, OutputAccuracy
-from edgekit.validate.compare import cosine, looks_like_logits
+from edgekit.validate.compare import cosine, looks_like_logits, top1_agreement
 
 Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
 
@@ -23,10 +23,7 @@ def accuracy_report(reference: Run, quantized: Run, samples: Sequence[tuple[np.n
         cosines = [cosine(a, e) for a, e in zip(actual, expected)]
         top1 = None
         if looks_like_logits(pairs[0][0][i]):
-            agree = [np.mean(a.reshape(-1, a.shape[-1]).argmax(-1) ==
-                             e.reshape(-1, e.shape[-1]).argmax(-1))
-                     for a, e in zip(actual, expected)]
-            top1 = float(np.mean(agree))
+            top1 = float(np.mean([top1_agreement(a, e) for a, e in zip(actual, expected)]))
         outputs.append(OutputAccuracy(
             name=name, max_abs_error=float(max(np.abs(a - e).max() for a, e in
                                                zip(actual, expected))),

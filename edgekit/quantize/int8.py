@@ -68,7 +68,7 @@ def _quantizer(per_channel: bool, weights_only: bool):
                     continue
                 act_index, weight_index = roles
                 specs = {}
-                if weight_index is not None and _is_constant(model, node.args[weight_index]):
+                if weight_index is not None and _is_constant(node.args[weight_index]):
                     specs[node.args[weight_index]] = weight
                     if not weights_only:
                         specs[node.args[act_index]] = activation
@@ -85,7 +85,7 @@ def _quantizer(per_channel: bool, weights_only: bool):
     return ContractionInputsQuantizer()
 
 
-def _is_constant(model: torch.fx.GraphModule, node) -> bool:
+def _is_constant(node) -> bool:
     """A weight: a parameter/buffer read (`get_attr`) rather than a computed activation."""
     return isinstance(node, torch.fx.Node) and node.op == "get_attr"
 

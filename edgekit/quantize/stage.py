@@ -12,6 +12,7 @@ held-out samples, and may fail the build (`quantize.min_cosine`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -96,16 +97,8 @@ def _reexport(recipe: Recipe, graph: torch.fx.GraphModule,
 def _runner(graph: torch.fx.GraphModule, mode=None) -> Run:
     def run(sample: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         args = next(as_batches([sample]))
-        with torch.no_grad(), (mode() if mode else _nothing()):
+        with torch.no_grad(), (mode() if mode else contextlib.nullcontext()):
             flat, _ = pytree.tree_flatten(graph(*args))
         return tuple(t.detach().contiguous().numpy() for t in flat
                      if isinstance(t, torch.Tensor))
     return run
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -40,14 +40,19 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
         problems.append(f"cosine {cosine_value:.6f} below {tol.min_cosine}")
     top1 = None
     if tol.top1 == "always" or (tol.top1 == "auto" and looks_like_logits(expected)):
-        rows_a = a.reshape(-1, a.shape[-1]).argmax(axis=-1)
-        rows_e = e.reshape(-1, e.shape[-1]).argmax(axis=-1)
-        top1 = float(np.mean(rows_a == rows_e))
+        top1 = top1_agreement(a, e)
         if top1 < 1.0:
             problems.append(f"top-1 agreement {top1:.1%}")
     return OutputComparison(name=name, shape=tuple(expected.shape), max_abs_error=max_abs,
                             max_rel_error=max_rel, cosine=cosine_value, top1_agreement=top1,
                             ok=not problems, problems=tuple(problems))
+
+
+def top1_agreement(actual: np.ndarray, expected: np.ndarray) -> float:
+    """Share of rows (all but the last axis) whose arg-max agrees."""
+    rows_a = actual.reshape(-1, actual.shape[-1]).argmax(axis=-1)
+    rows_e = expected.reshape(-1, expected.shape[-1]).argmax(axis=-1)
+    return float(np.mean(rows_a == rows_e))
 
 
 def cosine(a: np.ndarray, e: np.ndarray) -> float:
