@@ -57,10 +57,15 @@ def quantization_summary(q) -> None:
                if q.mode == "int8" else
                f"{c.f16} of {c.total} contractions with f16 inputs" if q.mode == "fp16" else
                f"int8 weights, {c.total} float contractions") if c else "not checked"
+    calibrated = (f", calibrated {q.calibration}" if q.calibration.startswith("before") else
+                  f", calibrated on {q.calibration}" if q.calibration else "")
     out.print(f"  quantization: {q.mode}"
-              + (f" ({q.weights} weights" + (f", calibrated on {q.calibration})"
-                                             if q.calibration else ")") if q.weights else "")
+              + (f" ({q.weights} weights{calibrated})" if q.weights else "")
               + f"; {compute} (lowering {q.lowering})")
+    if q.accuracy is None:
+        out.print("  accuracy vs fp32: not measured (name the fp32 model in "
+                  "`quantize.float_model`)")
+        return
     out.print(f"  accuracy vs fp32 on {q.accuracy.samples} held-out samples "
               f"({q.accuracy.source}):")
     for o in q.accuracy.outputs:
@@ -79,23 +84,24 @@ def quantization_comparison(results) -> None:
         table.add_column(column, justify="left" if column == "mode" else "right")
     for r in results:
         if not r.bundle:
-            table.add_row(r.mode, f"[yellow]{r.status}[/]", r.reason, *[""] * 6)
+            table.add_row(r.mode, f"[yellow]{r.status}[/]", *[""] * 7)
             continue
         q = r.quantization
-        acc = q.accuracy.outputs[0] if q else None
+        acc = q.accuracy.outputs[0] if q and q.accuracy else None
         c = q.contractions if q else None
         compute = (" ".join(f"{n}{kind}" for n, kind in ((c.integer, "i8"), (c.f16, "f16"),
                                                          (c.f32, "f32")) if n) if c else "f32")
         speed = (f"{base.p50_ms / r.p50_ms:.2f}×" if base and base.p50_ms and r.p50_ms else "")
         table.add_row(
             r.mode, f"{r.size:,} B", f"{r.size / base.size:.2f}×" if base else "",
-            f"{acc.min_cosine:.6f}" if acc else "1", f"{acc.max_abs_error:.3g}" if acc else "0",
+            f"{acc.min_cosine:.6f}" if acc else "1" if not q else "n/a",
+            f"{acc.max_abs_error:.3g}" if acc else "0" if not q else "n/a",
             f"{acc.top1_agreement:.1%}" if acc and acc.top1_agreement is not None else "",
             compute, f"{r.p50_ms:.4f}" if r.p50_ms else "n/a (not runnable here)", speed)
     out.print(table)
     for r in results:
-        if r.bundle:
-            out.print(f"  {r.mode}: {r.bundle.path}")
+        out.print(f"  {r.mode}: {r.bundle.path}" if r.bundle else
+                  f"  {r.mode}: {r.status}: {r.reason}")
 
 
 def quantization_comparison_json(results) -> list[dict]:
@@ -235,7 +241,10 @@ def check_table(report) -> None:
                       mark[s.compiled], s.failure)
     out.print(table)
     whole = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in report.whole_model.items())
-    out.print(f"whole model — {whole}")
+    if whole:
+        out.print(f"whole model — {whole}")
+    if report.note:
+        out.print(report.note)
     if report.chosen:
         out.print(f"[green]buildable[/]: `lowering: auto` would use {report.chosen}")
     else:

@@ -125,6 +125,9 @@ class Quantize(Frozen):
     min_cosine: float | None = pydantic.Field(
         default=None, ge=-1, le=1,
         description="fail the build when any held-out sample's output cosine vs fp32 is lower")
+    float_model: str | None = pydantic.Field(
+        default=None, description="ONNX QDQ models: the fp32 .onnx the model was quantized from "
+                                  "(the accuracy report's reference)")
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -136,10 +139,7 @@ class Quantize(Frozen):
         return value
 
     @pydantic.model_validator(mode="after")
-    def _int8_is_calibrated(self) -> "Quantize":
-        if self.mode == "int8" and not self.calibration:
-            raise ValueError("`int8` needs calibration data: write `quantize: {mode: int8, "
-                             "calibration: samples.npz}` (or 'module:function')")
+    def _calibration_form(self) -> "Quantize":
         if self.calibration and not (self.calibration.endswith(".npz") or ":" in self.calibration):
             raise ValueError("`calibration` is a .npz file or 'module:function'")
         return self
@@ -164,6 +164,29 @@ class Recipe(Frozen):
     hooks: Hooks = pydantic.Field(default_factory=lambda: Hooks(),
                                   description="commands run on the device after activation")
     _path: Path = pydantic.PrivateAttr(default=Path("recipe.yaml"))
+
+    @pydantic.field_validator("quantize")
+    @classmethod
+    def _quantize_fits_source(cls, quantize: Quantize | None, info) -> Quantize | None:
+        """PyTorch models are quantized by the build (int8 needs calibration); ONNX models
+        arrive quantized (QDQ) and `quantize:` only sets the checks and the accuracy report."""
+        source = info.data.get("model")
+        if quantize is None or source is None:
+            return quantize
+        if source.onnx:
+            if quantize.mode != "int8" or quantize.calibration:
+                raise ValueError(
+                    "an ONNX model is quantized before the build: make a QDQ model with "
+                    "onnxruntime's quantize_static(..., quant_format=QuantFormat.QDQ); for ONNX, "
+                    "`quantize:` takes `mode: int8` with float_model, held_out, min_cosine, "
+                    "allow_float_contractions")
+        elif quantize.float_model:
+            raise ValueError("`float_model` is for ONNX QDQ models (a PyTorch model is its own "
+                             "fp32 reference)")
+        elif quantize.mode == "int8" and not quantize.calibration:
+            raise ValueError("`int8` needs calibration data: write `quantize: {mode: int8, "
+                             "calibration: samples.npz}` (or 'module:function')")
+        return quantize
 
     @pydantic.model_validator(mode="after")
     def _dynamic_dims_declared(self) -> "Recipe":
@@ -204,7 +227,8 @@ def load_recipe(path: str | Path) -> Recipe:
              ("samples", recipe.samples),
              ("quantize.calibration",
               calibration if calibration and calibration.endswith(".npz") else None),
-             ("quantize.held_out", quantize.held_out if quantize else None))
+             ("quantize.held_out", quantize.held_out if quantize else None),
+             ("quantize.float_model", quantize.float_model if quantize else None))
     for key, rel in files:
         if rel and not recipe.resolve(rel).is_file():
             loc = tuple(key.split("."))

@@ -98,7 +98,7 @@ class QuantizationNote(Frozen):
     calibration: str = ""             # source, and how many samples
     quantized_ops: int = 0            # contractions the quantizer gave int8 inputs
     allow_float_contractions: bool = False
-    accuracy: AccuracyReport
+    accuracy: AccuracyReport | None = None  # None: no fp32 reference (an ONNX QDQ model alone)
     lowering: str = ""                # the path the module took (set at compile)
     contractions: ContractionCensus | None = None
     golden: str = "outputs of the quantized PyTorch model (what the module must reproduce)"

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.config.recipe import Quantize, Recipe, load_recipe
+from edgekit.config.recipe import ModelSource, Quantize, Recipe, load_recipe
+from edgekit.errors import ConfigError
 from edgekit.config.profiles import Target, load_target
 from edgekit.models.bundle import (Bundle, TuningNote, load_bundle, sha256_file, write_manifest,
                                    write_tar)
@@ -97,8 +98,9 @@ BACK: tuple[Stage[BuildContext], ...] = (
     Stage("check quantization", CompiledModule, CompiledModule,
           lambda ctx, compiled: check_quantized(compiled, ctx.target)),
     Stage("package", CompiledModule, Bundle,
-          lambda ctx, compiled: package_bundle(compiled, BundleIdentity.of(ctx.recipe),
-                                               ctx.target, ctx.bundle_dir)),
+          lambda ctx, compiled: package_bundle(
+              compiled, BundleIdentity.of(ctx.recipe, compiled.quantization), ctx.target,
+              ctx.bundle_dir)),
 )
 check_plan(FRONT, Recipe, ExportedModel)
 check_plan(BACK, ExportedModel, Bundle)
@@ -131,7 +133,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         cached = entry is not None
         if entry is None:
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
-            entry = cache.store(key, bundle.path)
+            entry = cache.store(key, bundle.path, replace=not options.use_cache)
         _publish(entry, out)
         _record_tuning(out, tuning)
     finally:
@@ -152,15 +154,36 @@ def with_quantize_mode(recipe: Recipe, mode: str | None) -> Recipe:
     settings ("none": the fp32 model)."""
     if mode is None:
         return recipe
+    if recipe.model.onnx:
+        return _onnx_variant(recipe, mode)
     settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize else {}
     quantize = None if mode == "none" else Quantize.model_validate({**settings, "mode": mode})
     return recipe.model_copy(update={"quantize": quantize})
+
+
+def _onnx_variant(recipe: Recipe, mode: str) -> Recipe:
+    """ONNX models arrive quantized: "int8" is the (QDQ) model as it is, "none" the fp32 model
+    the recipe names in `quantize.float_model`."""
+    float_model = recipe.quantize.float_model if recipe.quantize else None
+    if mode == "int8":
+        return recipe
+    if mode == "none" and float_model:
+        return recipe.model_copy(update={"model": ModelSource(onnx=float_model),
+                                         "quantize": None})
+    raise ConfigError(f"no {mode} variant of an ONNX model: "
+                      + ("the recipe names no fp32 model" if mode == "none" else
+                         "ONNX models are quantized with onnxruntime before the build"),
+                      where=str(recipe.path), key="quantize",
+                      hint="set `quantize.float_model` to the fp32 .onnx" if mode == "none" else
+                           "make a QDQ model with onnxruntime's quantize_static")
 
 
 def build_key(recipe: Recipe, target: Target, exported: ExportedModel) -> str:
     """Everything that decides the bundle's bytes (not its creation time)."""
     return cache_key({
         "model": exported.digest,
+        "quantization": (exported.quantization.model_dump(mode="json")
+                         if exported.quantization else None),
         "recipe": recipe.model_dump(mode="json"),
         "samples": sha256_file(recipe.resolve(recipe.samples)) if recipe.samples else None,
         "target": target.model_dump(mode="json", exclude={"source", "tune"}),

@@ -29,11 +29,17 @@ class BuildCache:
         entry = self.root / key
         return entry if (entry / MANIFEST).is_file() else None
 
-    def store(self, key: str, bundle_dir: Path) -> Path:
+    def store(self, key: str, bundle_dir: Path, replace: bool = False) -> Path:
+        """Store a bundle under `key`; `replace` (a build that bypassed the cache) swaps out an
+        existing entry, so the fresh build is what gets published."""
         self.root.mkdir(parents=True, exist_ok=True)
         entry = self.root / key
         staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=self.root))
         shutil.copytree(bundle_dir, staging, dirs_exist_ok=True)
+        if replace and entry.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-old-", dir=self.root))
+            entry.rename(old / "entry")
+            shutil.rmtree(old, ignore_errors=True)
         try:
             staging.rename(entry)
         except OSError:  # another build stored the same key first: identical content

@@ -47,6 +47,7 @@ class CheckReport:
     ops: list[OpStatus] = field(default_factory=list)
     whole_model: dict[str, bool] = field(default_factory=dict)  # lowering → lowers+compiles
     chosen: str | None = None          # what `lowering: auto` would use
+    note: str = ""                     # quantized ONNX models: the path they take, or refusal
 
     @property
     def buildable(self) -> bool:
@@ -98,6 +99,8 @@ def check_op(name: str, count: int, make_module, target: Target, repro_root: Pat
 
 
 def check_onnx(model, model_path: str, target: Target, repro_root: Path) -> CheckReport:
+    from edgekit.errors import QuantizationError
+    from edgekit.quantize.onnx_qdq import qdq_summary
     report = CheckReport(model=model_path, kind="onnx", target=target.name)
     first: dict[str, object] = {}
     counts = Counter()
@@ -108,7 +111,20 @@ def check_onnx(model, model_path: str, target: Target, repro_root: Path) -> Chec
     for op, node in first.items():
         report.ops.append(check_op(op, counts[op], lambda n=node: torch_mlir.import_onnx(
             _single_node_model(model, n)), target, repro_root))
-    return _with_whole_model(report, lambda: torch_mlir.import_onnx(model), target)
+    try:
+        qdq = qdq_summary(model, model_path)
+    except QuantizationError as refused:  # QOperator: the build refuses it, whatever compiles
+        report.note = f"{refused.what}; {refused.hint}"
+        return report
+    if qdq is None or qdq.quantized == 0:
+        return _with_whole_model(report, lambda: torch_mlir.import_onnx_both(model), target,
+                                 target.lowering)
+    # int8 builds take the torch lowering only (IREE's ONNX input keeps them integer)
+    report.note = (f"QDQ int8 model: {qdq.quantized} of {qdq.contractions} contractions have "
+                   "quantized inputs; `lowering: auto` takes torch (IREE's ONNX input), the "
+                   "lowering that keeps them integer")
+    return _with_whole_model(report, lambda: torch_mlir.import_onnx_both(model), target,
+                             ("torch",))
 
 
 def check_program(program: torch.export.ExportedProgram, model_path: str, target: Target,
@@ -123,27 +139,33 @@ def check_program(program: torch.export.ExportedProgram, model_path: str, target
     for op, node in first.items():
         report.ops.append(check_op(op, counts[op], lambda n=node: _import_single_aten(n),
                                    target, repro_root))
-    return _with_whole_model(report, lambda: torch_mlir.import_program(program), target)
+    return _with_whole_model(report, lambda: torch_mlir.import_program(program), target,
+                             target.lowering)
 
 
-def _with_whole_model(report: CheckReport, make_module, target: Target) -> CheckReport:
+def _with_whole_model(report: CheckReport, make_module, target: Target,
+                      lowerings: tuple[str, ...]) -> CheckReport:
     """Fill in the whole-model verdict per lowering and what `lowering: auto` would use."""
-    report.whole_model = _whole_model(make_module, target)
-    report.chosen = next((lw for lw in target.lowering if report.whole_model.get(lw)), None)
+    report.whole_model = _whole_model(make_module, target, lowerings)
+    report.chosen = next((lw for lw in lowerings if report.whole_model.get(lw)), None)
     return report
 
 
-def _whole_model(make_module, target: Target) -> dict[str, bool]:
-    """Does the whole model lower and compile through each lowering?"""
+def _whole_model(make_module, target: Target, lowerings: tuple[str, ...]) -> dict[str, bool]:
+    """Does the whole model lower and compile through each lowering? `make_module` gives the
+    torch-backend module, or for ONNX (ONNX form, torch-backend form) as the build uses them."""
     result: dict[str, bool] = {}
     try:
         imported = make_module()
     except torch_mlir.LowerFailure:
-        return {lw: False for lw in target.lowering}
-    for lowering in target.lowering:
+        return {lw: False for lw in lowerings}
+    onnx_form, imported = imported if isinstance(imported, tuple) else (None, imported)
+    for lowering in lowerings:
+        onnx_torch = onnx_form is not None and lowering == "torch"
         try:
-            iree.compile_bytes(torch_mlir.lower(imported, lowering),
-                               iree.compile_flags(target, lowering))
+            module = onnx_form if onnx_torch else torch_mlir.lower(imported, lowering)
+            iree.compile_bytes(module, iree.compile_flags(target, lowering,
+                                                          onnx_source=onnx_form is not None))
             result[lowering] = True
         except (torch_mlir.LowerFailure, iree.CompileFailure):
             result[lowering] = False

@@ -1,7 +1,7 @@
 """`edgekit build --compare-quantization`: does quantizing pay off for this model and target?
 
 Builds the fp32 model and each quantization mode for the target (int8 only when the recipe
-names calibration data), then reports module size, accuracy vs fp32 on held-out samples, the
+names calibration data; for an ONNX QDQ model: the model and the fp32 model it names), then reports module size, accuracy vs fp32 on held-out samples, the
 kind of compute and — when this machine runs the target — latency, measured interleaved.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from edgekit.config.profiles import load_target
-from edgekit.config.recipe import load_recipe
+from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle, QuantizationNote
 from edgekit.pipeline.build import BuildOptions, build, default_out
@@ -42,8 +42,9 @@ def compare_quantization(options: BuildOptions, rounds: int = 5, repetitions: in
     results: list[ModeResult] = []
     for mode in MODES:
         label = "fp32" if mode == "none" else mode
-        if mode == "int8" and not (recipe.quantize and recipe.quantize.calibration):
-            results.append(ModeResult(label, "skipped", "no `quantize.calibration` in the recipe"))
+        skip = _skip_reason(recipe, mode)
+        if skip:
+            results.append(ModeResult(label, "skipped", skip))
             continue
         say(f"building {label}")
         try:
@@ -52,10 +53,26 @@ def compare_quantization(options: BuildOptions, rounds: int = 5, repetitions: in
         except EdgekitError as exc:
             results.append(ModeResult(label, "failed", exc.what.strip().splitlines()[0][:200]))
             continue
+        if mode != "none" and built.bundle.manifest.quantization is None:
+            results.append(ModeResult(label, "skipped", "the ONNX model is not a QDQ model"))
+            continue
         results.append(ModeResult(label, "built", bundle=built.bundle,
                                   size=built.bundle.module.stat().st_size))
     _measure_latency([r for r in results if r.bundle], options.target, rounds, repetitions, say)
     return results
+
+
+def _skip_reason(recipe: Recipe, mode: str) -> str:
+    quantize = recipe.quantize
+    if recipe.model.onnx:  # ONNX models arrive quantized (QDQ) or not at all
+        if mode == "none" and not (quantize and quantize.float_model):
+            return "no `quantize.float_model` (the fp32 .onnx) in the recipe"
+        if mode in ("int8-weights", "fp16"):
+            return "ONNX models are quantized before the build (QDQ int8 only)"
+        return ""
+    if mode == "int8" and not (quantize and quantize.calibration):
+        return "no `quantize.calibration` in the recipe"
+    return ""
 
 
 def _measure_latency(results: list[ModeResult], target_name: str, rounds: int,

@@ -26,6 +26,7 @@ from edgekit.toolchain import iree, torch_mlir
 class ImportedModule:
     exported: ExportedModel
     torch_bytecode: bytes
+    onnx_form: bytes | None = None   # ONNX sources: the import as IREE's ONNX input takes it
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,16 @@ def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModu
     try:
         if isinstance(exported.program, torch.export.ExportedProgram):
             return ImportedModule(exported, torch_mlir.import_program(exported.program))
-        return ImportedModule(exported, torch_mlir.import_onnx(exported.program))
+        onnx_form, torch_form = torch_mlir.import_onnx_both(exported.program)
+        return ImportedModule(exported, torch_form, onnx_form=onnx_form)
     except torch_mlir.LowerFailure as failure:
         reproducer_dir.mkdir(parents=True, exist_ok=True)
         (reproducer_dir / "diagnostics.txt").write_text(failure.diagnostics)
+        importer = ("FX" if isinstance(exported.program, torch.export.ExportedProgram)
+                    else "ONNX")
         raise LoweringError(
             _ops_sentence(failure.ops, "torch-mlir could not import the model"),
-            stage="import (torch-mlir FX importer)", ops=failure.ops,
+            stage=f"import (torch-mlir {importer} importer)", ops=failure.ops,
             reproducer=str(reproducer_dir),
             hint="rewrite or decompose the op in the model before export") from None
 
@@ -80,9 +84,11 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         if learned:
             order = (learned[0], *(lw for lw in order if lw != learned[0]))
             note = learned[1]
+    onnx_source = imported.onnx_form is not None
     for lowering in order:
         try:
-            lowered = torch_mlir.lower(imported.torch_bytecode, lowering)
+            lowered = (imported.onnx_form if onnx_source and lowering == "torch" else
+                       torch_mlir.lower(imported.torch_bytecode, lowering))
         except torch_mlir.LowerFailure as failure:
             attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics))
             save_reproducer(reproducer_dir / lowering, imported.torch_bytecode,
@@ -93,7 +99,8 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         source = workdir / f"{lowering}.mlirbc"
         source.write_bytes(lowered)
         output = workdir / f"{lowering}.vmfb"
-        flags = iree.compile_flags(target, lowering, extra_flags, quantize_mode=mode)
+        flags = iree.compile_flags(target, lowering, extra_flags, quantize_mode=mode,
+                                   onnx_source=onnx_source)
         try:
             iree.compile_module(source, output, flags)
         except iree.CompileFailure as failure:

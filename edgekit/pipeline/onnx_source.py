@@ -76,18 +76,32 @@ def onnx_digest(model) -> str:
 
 def run_onnxruntime(model, names: tuple[str, ...], samples: tuple[np.ndarray, ...]
                     ) -> tuple[np.ndarray, ...]:
+    return onnxruntime_runner(model, names)(samples)
+
+
+def onnxruntime_runner(model, names: tuple[str, ...]):
+    """One onnxruntime session for the model (graph optimizations off, 1 thread), as a function
+    from a sample (arrays in `names` order) to the outputs."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
+
+    def failed(exc: Exception) -> ModelLoadError:
+        return ModelLoadError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0]}",
+                              where="golden outputs",
+                              hint=f"onnxruntime {ort.__version__} gives the reference outputs; "
+                                   "re-save the model with an IR version and opset it supports")
     try:
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        outputs = session.run(None, dict(zip(names, samples)))
     except Exception as exc:  # onnxruntime raises its own exception types
-        raise ModelLoadError(f"onnxruntime cannot run the model: {str(exc).splitlines()[0]}",
-                             where="golden outputs",
-                             hint=f"onnxruntime {ort.__version__} gives the reference outputs; "
-                                  "re-save the model with an IR version and opset it "
-                                  "supports") from None
-    return tuple(np.ascontiguousarray(o) for o in outputs)
+        raise failed(exc) from None
+
+    def run(samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        try:
+            outputs = session.run(None, dict(zip(names, samples)))
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise failed(exc) from None
+        return tuple(np.ascontiguousarray(o) for o in outputs)
+    return run

@@ -11,7 +11,8 @@ import numpy as np
 
 from edgekit.config.recipe import Recipe, Validation
 from edgekit.config.profiles import Target
-from edgekit.models.bundle import MODULE, Bundle, Manifest, sha256_file, write_manifest
+from edgekit.models.bundle import (MODULE, Bundle, Manifest, QuantizationNote, sha256_file,
+                                   write_manifest)
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
 
@@ -27,20 +28,21 @@ class BundleIdentity:
     tolerances: Validation
 
     @classmethod
-    def of(cls, recipe: Recipe) -> "BundleIdentity":
+    def of(cls, recipe: Recipe, quantization: QuantizationNote | None = None
+           ) -> "BundleIdentity":
         return cls(app=recipe.name, model_source=recipe.source,
                    recipe_digest=sha256_file(recipe.path),
-                   tolerances=_tolerances(recipe))
+                   tolerances=_tolerances(recipe, quantization))
 
 
-# An int8 module can differ from the quantized PyTorch model where a requantization rounds the
+# An int8 module can differ from its quantized reference model where a requantization rounds the
 # other way (one int8 step, e.g. 8e-4 at a transformer block's output); the cosine stays strict.
 INT8_TOLERANCES = Validation(atol=1e-2, rtol=1e-2, min_cosine=0.9999)
 
 
-def _tolerances(recipe: Recipe) -> Validation:
+def _tolerances(recipe: Recipe, quantization: QuantizationNote | None) -> Validation:
     """The recipe's `validation:`, or for int8 builds that set none, int8's defaults."""
-    quantized = recipe.quantize is not None and recipe.quantize.mode == "int8"
+    quantized = quantization is not None and quantization.mode == "int8"
     if quantized and not recipe.validation.model_fields_set:
         return INT8_TOLERANCES
     return recipe.validation

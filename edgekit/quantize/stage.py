@@ -22,7 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from edgekit.config.recipe import Recipe
-from edgekit.errors import ConfigError, ModelLoadError, QuantizationError
+from edgekit.errors import ModelLoadError, QuantizationError
 from edgekit.models.bundle import QuantizationNote
 from edgekit.pipeline.export import ExportedModel, dynamic_shapes, program_digest
 from edgekit.quantize.accuracy import accuracy_report, check_floor
@@ -33,13 +33,11 @@ Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
 
 def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
     quantize = recipe.quantize
+    if not isinstance(exported.program, torch.export.ExportedProgram):
+        from edgekit.quantize.onnx_qdq import quantized_onnx
+        return quantized_onnx(recipe, exported)
     if quantize is None:
         return exported
-    if not isinstance(exported.program, torch.export.ExportedProgram):
-        raise ConfigError("`quantize:` applies to PyTorch models", where=str(recipe.path),
-                          key="quantize",
-                          hint="quantize an ONNX model with onnxruntime's quantize_static in QDQ "
-                               "format and build it without `quantize:`")
     fp32 = _runner(exported.program.module())
     names = [o.name for o in exported.outputs]
     held_out, source = held_out_samples(recipe, exported.inputs)

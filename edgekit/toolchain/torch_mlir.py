@@ -50,6 +50,12 @@ def import_program(program: torch.export.ExportedProgram) -> bytes:
 
 def import_onnx(model) -> bytes:
     """ONNX ModelProto (shapes inferred) → torch-backend MLIR bytecode, entry renamed `main`."""
+    return import_onnx_both(model)[1]
+
+
+def import_onnx_both(model) -> tuple[bytes, bytes]:
+    """The ONNX import as IREE's own ONNX input takes it (`torch.operator "onnx.*"`), and the
+    same module converted to the torch backend form the tosa/linalg lowerings start from."""
     from torch_mlir import ir
     from torch_mlir.extras import onnx_importer
     from torch_mlir.passmanager import PassManager
@@ -62,11 +68,12 @@ def import_onnx(model) -> bytes:
             for op in module.regions[0].blocks[0].operations:
                 if op.operation.name == "func.func":
                     op.operation.attributes["sym_name"] = ir.StringAttr.get("main")
+            onnx_form = _bytecode(module)
             PassManager.parse("builtin.module(torch-onnx-to-torch-backend-pipeline)").run(module)
     except Exception as exc:  # the importer raises bare Exceptions; translate them here
         text = "\n".join(diagnostics) or str(exc)
         raise LowerFailure(_ops_in(text), text) from None
-    return _bytecode(module)
+    return onnx_form, _bytecode(module)
 
 
 def _weights_as_raw_bytes():
