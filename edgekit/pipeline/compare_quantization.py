@@ -1,8 +1,9 @@
 """`edgekit build --compare-quantization`: does quantizing pay off for this model and target?
 
 Builds the fp32 model and each quantization mode for the target (int8 only when the recipe
-names calibration data; for an ONNX QDQ model: the model and the fp32 model it names), then reports module size, accuracy vs fp32 on held-out samples, the
-kind of compute and — when this machine runs the target — latency, measured interleaved.
+names calibration data; for an ONNX QDQ model: the model and the fp32 model it names), then
+reports module size, accuracy vs fp32 on held-out samples, the kind of compute and — when
+this machine runs the target — latency, measured interleaved.
 """
 
 from __future__ import annotations

@@ -152,3 +152,24 @@ def test_quantize_shorthand_and_int8_needs_calibration(tmp_path):
     missing.write_text('model: {python: "m:f"}\nquantize: {mode: int8, calibration: no.npz}\n')
     with pytest.raises(ConfigError, match="file not found"):
         load_recipe(missing)
+
+
+@pytest.mark.parametrize("model, quantize, message", [
+    ("onnx: m.onnx", "{mode: int8, calibration: c.npz}", "ONNX model is quantized before"),
+    ("onnx: m.onnx", "fp16", "ONNX model is quantized before"),
+    ('python: "m:f"', "{mode: int8, calibration: c.npz, float_model: f.onnx}",
+     "`float_model` is for ONNX QDQ models"),
+])
+def test_quantize_fits_the_model_source(tmp_path, model, quantize, message):
+    from edgekit.config.recipe import load_recipe
+    from edgekit.errors import ConfigError
+    (tmp_path / "m.onnx").write_bytes(b"")
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: x\nmodel: {{{model}}}\nquantize: {quantize}\n")
+    with pytest.raises(ConfigError, match=message) as err:
+        load_recipe(path)
+    assert "r.yaml:3" in str(err.value)
+    onnx_ok = tmp_path / "ok.yaml"
+    onnx_ok.write_text("model: {onnx: m.onnx}\nquantize: {mode: int8, allow_float_contractions: "
+                       "true}\n")
+    assert load_recipe(onnx_ok).quantize.allow_float_contractions

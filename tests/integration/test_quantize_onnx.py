@@ -1,0 +1,140 @@
+"""ONNX models quantized by onnxruntime (quantize_static): QDQ models build as int8 through the
+real torch-mlir ONNX importer and IREE's ONNX input; QOperator models are refused."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from edgekit import BuildOptions, build, validate_local
+from edgekit.examples import models
+from edgekit.pipeline.compare_quantization import compare_quantization
+from tests.integration.helpers import edgekit
+
+
+def export_and_quantize(directory, name: str, factory, calibration, input_name: str):
+    """fp32 .onnx of an in-tree model, and its QDQ and QOperator forms from onnxruntime."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    model, example = factory()
+    fp32 = directory / f"{name}.onnx"
+    torch.onnx.export(model, example, str(fp32), dynamo=False, input_names=[input_name],
+                      opset_version=17)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.samples = iter([{input_name: s[0].numpy()} for s in calibration()])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    for fmt in ("QDQ", "QOperator"):
+        quantize_static(str(fp32), str(directory / f"{name}_{fmt.lower()}.onnx"), Reader(),
+                        quant_format=getattr(QuantFormat, fmt), per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def onnx_models(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("onnx-quantized")
+    export_and_quantize(directory, "cnn", models.small_cnn, models.small_cnn_calibration, "image")
+    export_and_quantize(directory, "block", models.transformer_block,
+                        models.transformer_block_calibration, "x")
+    return directory
+
+
+def write(directory, name: str, text: str):
+    path = directory / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def output_lsb(qdq_path) -> float:
+    """One step of the output's int8 grid: the scale of the DequantizeLinear that produces the
+    graph's output."""
+    model = onnx.load(str(qdq_path))
+    producer = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    assert producer.op_type == "DequantizeLinear"
+    scale = next(t for t in model.graph.initializer if t.name == producer.input[1])
+    return float(onnx.numpy_helper.to_array(scale))
+
+
+def run_module(bundle, inputs):
+    from iree.runtime import load_vm_flatbuffer_file
+    module = load_vm_flatbuffer_file(str(bundle.module), driver="local-sync")
+    return np.asarray(module.main(*inputs))
+
+
+def test_a_qdq_cnn_builds_integer_validates_and_compares_with_its_fp32_model(onnx_models):
+    recipe = write(onnx_models, "cnn_qdq", "name: cnn-qdq\nmodel: {onnx: cnn_qdq.onnx}\n"
+                   "quantize: {mode: int8, float_model: cnn.onnx}\n")
+    results = {r.mode: r for r in compare_quantization(
+        BuildOptions(recipe=recipe, target="host", out=onnx_models / "build" / "cnn"),
+        rounds=2, repetitions=3)}
+    assert results["fp32"].status == "built" and results["int8"].status == "built"
+    assert results["int8-weights"].status == results["fp16"].status == "skipped"
+    assert results["fp32"].bundle.manifest.model_source == "cnn.onnx"
+    assert results["fp32"].bundle.manifest.quantization is None
+    bundle = results["int8"].bundle
+    q = bundle.manifest.quantization
+    assert q.mode == "int8" and q.weights == "per-channel" and q.lowering == "torch"
+    assert q.quantized_ops == 5 and q.contractions.integer == q.contractions.total == 5
+    assert "--iree-input-type=onnx" in bundle.manifest.compile_flags
+    assert q.accuracy.reference == "fp32 ONNX model cnn.onnx"
+    assert 0.95 < q.accuracy.outputs[0].min_cosine < 1.0
+    assert results["int8"].size < 0.5 * results["fp32"].size
+    assert validate_local(bundle.path).ok
+    # the compiled module reproduces the QDQ model (onnxruntime) within one output step
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(onnx_models / "cnn_qdq.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    lsb = output_lsb(onnx_models / "cnn_qdq.onnx")
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+        expected = session.run(None, {"image": x})[0]
+        assert np.abs(run_module(bundle, [x]) - expected).max() <= lsb * 1.001
+
+
+def test_a_qdq_transformer_block_builds_integer_for_rpi4(onnx_models):
+    recipe = write(onnx_models, "block_qdq", "name: block-qdq\nmodel: {onnx: block_qdq.onnx}\n")
+    bundle = build(BuildOptions(recipe=recipe, target="rpi4",
+                                out=onnx_models / "build" / "block-rpi4")).bundle
+    q = bundle.manifest.quantization
+    # qkv, attention scores, attention × values, projection, two MLP layers
+    assert q.contractions.integer == q.contractions.total == 6
+    assert q.accuracy is None  # no fp32 model named: nothing to compare with
+    assert "--iree-llvmcpu-target-cpu=cortex-a72" in bundle.manifest.compile_flags
+
+
+def test_a_qdq_model_through_a_float_lowering_is_refused(onnx_models):
+    recipe = write(onnx_models, "cnn_tosa", "name: cnn-tosa\nmodel: {onnx: cnn_qdq.onnx}\n"
+                   "lowering: tosa\n")
+    proc = edgekit("build", "--recipe", str(recipe), "--target", "host",
+                   "--out", str(onnx_models / "build" / "tosa"))
+    assert proc.returncode == 18, proc.stderr
+    assert "contractions compute in floating point after the tosa lowering" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_qoperator_model_is_refused_with_what_to_do(onnx_models):
+    recipe = write(onnx_models, "cnn_qop", "name: cnn-qop\nmodel: {onnx: cnn_qoperator.onnx}\n")
+    proc = edgekit("build", "--recipe", str(recipe), "--target", "host",
+                   "--out", str(onnx_models / "build" / "qop"))
+    assert proc.returncode == 18, proc.stderr
+    assert "QOperator format (QGemm, QLinearConv)" in proc.stderr
+    assert "quant_format=QuantFormat.QDQ" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (onnx_models / "build" / "qop").exists()
+
+
+def test_check_says_which_path_a_quantized_onnx_model_takes(onnx_models, tmp_path):
+    qdq = edgekit("check", str(onnx_models / "block_qdq.onnx"), "--target", "host", cwd=tmp_path)
+    assert qdq.returncode == 0, qdq.stderr
+    assert "QDQ int8 model: 6 of 6 contractions" in " ".join(qdq.stdout.split())
+    assert "would use torch" in qdq.stdout
+    qop = edgekit("check", str(onnx_models / "cnn_qoperator.onnx"), "--target", "host",
+                  "--json", cwd=tmp_path)
+    import json
+    report = json.loads(qop.stdout)
+    assert report["chosen"] is None and "re-export it as QDQ" in report["note"]
