@@ -46,6 +46,11 @@ def cli() -> None:
     """Take a PyTorch model to edge devices and prove it runs there, correctly and fast."""
 
 
+IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
+                        help="private key [default: the registered device's, else ~/.ssh/id_*]")
+HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"
+
+
 @cli.command()
 @click.option("--recipe", "recipe", required=True, type=click.Path(path_type=Path),
               help="recipe YAML")
@@ -58,18 +63,26 @@ def cli() -> None:
               "default lowering and flags")
 @click.option("--compare-quantization", is_flag=True, help="build fp32, int8 (with the "
               "recipe's calibration), int8-weights and fp16; report size, accuracy, latency")
+@click.option("--host", help="with --compare-quantization: validate and time the variants on "
+              "this device (never activated, removed afterwards)")
+@IDENTITY
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool,
-          no_tuned: bool, compare_quantization: bool, as_json: bool) -> None:
+          no_tuned: bool, compare_quantization: bool, host: str | None, identity: Path | None,
+          as_json: bool) -> None:
     """Build a deployable bundle for a target from a recipe."""
+    from edgekit.errors import ConfigError
     from edgekit.pipeline.build import BuildOptions, build as run_build
     options = BuildOptions(recipe=recipe, target=target, out=out, use_cache=not no_cache, tar=tar,
                            use_tuned=not no_tuned)
+    if host and not compare_quantization:
+        raise ConfigError("--host goes with --compare-quantization (to deploy, use "
+                          "`edgekit deploy`)", key="host")
     if compare_quantization:
         from edgekit.pipeline.compare_quantization import compare_quantization as compare
         with render.err.status("building…") as status:
-            results = compare(options, say=status.update)
+            results = compare(options, say=status.update, host=host, identity=identity)
         if as_json:
             render.emit_json(render.quantization_comparison_json(results))
         else:
@@ -195,10 +208,6 @@ def check(model: str, target: str, as_json: bool) -> None:
     if not report.buildable:
         sys.exit(4)
 
-
-IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
-                        help="private key [default: the registered device's, else ~/.ssh/id_*]")
-HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"
 
 
 @cli.command()

@@ -97,17 +97,22 @@ def quantization_comparison(results) -> None:
             f"{acc.min_cosine:.6f}" if acc else "1" if not q else "n/a",
             f"{acc.max_abs_error:.3g}" if acc else "0" if not q else "n/a",
             f"{acc.top1_agreement:.1%}" if acc and acc.top1_agreement is not None else "",
-            compute, f"{r.p50_ms:.4f}" if r.p50_ms else "n/a (not runnable here)", speed)
+            compute, f"{r.p50_ms:.4f}" if r.p50_ms else
+            "[red]invalid[/]" if r.status == "invalid" else "n/a (not runnable here)", speed)
     out.print(table)
+    where = {r.measured_on for r in results if r.measured_on}
+    if where:
+        out.print(f"  latency: 1 thread, measured on {', '.join(sorted(where))}")
     for r in results:
-        out.print(f"  {r.mode}: {r.bundle.path}" if r.bundle else
+        out.print(f"  {r.mode}: {r.bundle.path}" + (f" ({r.status}: {r.reason})" if r.reason
+                                                    else "") if r.bundle else
                   f"  {r.mode}: {r.status}: {r.reason}")
 
 
 def quantization_comparison_json(results) -> list[dict]:
     return [{"mode": r.mode, "status": r.status, "reason": r.reason,
              "bundle": str(r.bundle.path) if r.bundle else None, "module_bytes": r.size,
-             "p50_ms": r.p50_ms,
+             "p50_ms": r.p50_ms, "measured_on": r.measured_on,
              "quantization": (r.quantization.model_dump(mode="json") if r.quantization else None)}
             for r in results]
 

@@ -12,12 +12,14 @@ import dataclasses
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle, QuantizationNote
 from edgekit.pipeline.build import BuildOptions, build, default_out
+from edgekit.pipeline.tune import bench_local, runs_here
 
 MODES = ("none", "int8", "int8-weights", "fp16")
 
@@ -30,6 +32,7 @@ class ModeResult:
     bundle: Bundle | None = None
     size: int = 0
     p50_ms: float | None = None
+    measured_on: str = ""            # "this machine" or the device's address
 
     @property
     def quantization(self) -> QuantizationNote | None:
@@ -37,7 +40,10 @@ class ModeResult:
 
 
 def compare_quantization(options: BuildOptions, rounds: int = 5, repetitions: int = 10,
-                         say: Callable[[str], None] = lambda _: None) -> list[ModeResult]:
+                         say: Callable[[str], None] = lambda _: None, host: str | None = None,
+                         identity: Path | None = None) -> list[ModeResult]:
+    """Build every mode; time them here when this machine runs the target, or on `host` (each
+    variant validated and benchmarked there, never activated, removed afterwards)."""
     recipe = load_recipe(options.recipe)
     base_out = options.out or default_out(recipe, load_target(options.target))
     results: list[ModeResult] = []
@@ -59,7 +65,15 @@ def compare_quantization(options: BuildOptions, rounds: int = 5, repetitions: in
             continue
         results.append(ModeResult(label, "built", bundle=built.bundle,
                                   size=built.bundle.module.stat().st_size))
-    _measure_latency([r for r in results if r.bundle], options.target, rounds, repetitions, say)
+    built = [r for r in results if r.bundle]
+    if host:
+        _measure_on_device(built, host, identity, rounds, repetitions, say)
+    elif built and runs_here(load_target(options.target)):
+        _interleaved(built, rounds, say, lambda bundle: bench_local(bundle, threads=1,
+                                                                    repetitions=repetitions,
+                                                                    warmup=2))
+        for r in built:
+            r.measured_on = "this machine"
     return results
 
 
@@ -76,17 +90,30 @@ def _skip_reason(recipe: Recipe, mode: str) -> str:
     return ""
 
 
-def _measure_latency(results: list[ModeResult], target_name: str, rounds: int,
-                     repetitions: int, say: Callable[[str], None]) -> None:
-    """Median of per-round medians, the modes interleaved round by round (1 thread)."""
-    from edgekit.pipeline.tune import bench_local, runs_here
-    if not runs_here(load_target(target_name)):
+def _measure_on_device(built: list[ModeResult], host: str, identity: Path | None, rounds: int,
+                       repetitions: int, say: Callable[[str], None]) -> None:
+    from edgekit.device.trial import trial_on_device
+    if not built:
         return
+    with trial_on_device(host, identity, [r.bundle for r in built], say) as trial:
+        valid = []
+        for r, problems in zip(built, trial.problems):
+            if problems is None:
+                valid.append(r)
+                r.measured_on = host if host == trial.address else f"{host} ({trial.address})"
+            else:
+                r.status, r.reason = "invalid", f"on {trial.address}: {problems}"
+        _interleaved(valid, rounds, say,
+                     lambda bundle: trial.run_round(bundle, threads=1, repetitions=repetitions))
+
+
+def _interleaved(results: list[ModeResult], rounds: int, say: Callable[[str], None],
+                 run_round: Callable[[Bundle], list[float]]) -> None:
+    """Median of per-round medians, the modes interleaved round by round (1 thread)."""
     per_mode: dict[str, list[float]] = {r.mode: [] for r in results}
     for i in range(rounds):
         say(f"timing round {i + 1}/{rounds}")
         for r in results:
-            per_mode[r.mode].append(statistics.median(
-                bench_local(r.bundle, threads=1, repetitions=repetitions, warmup=2)))
+            per_mode[r.mode].append(statistics.median(run_round(r.bundle)))
     for r in results:
         r.p50_ms = statistics.median(per_mode[r.mode])

@@ -260,50 +260,16 @@ def _tune_on_device(options: TuneOptions, target: Target, built: list[tuple[Vari
     if options.host is None:
         raise ConfigError(f"this machine cannot run {target.name} modules", key="host",
                           hint="pass --host DEVICE to measure on the device")
-    from edgekit.config.devices import resolve_device
-    from edgekit.device import layout
-    from edgekit.device.bench import bench_round
-    from edgekit.device.deploy import release_id, upload_release, validate_on_device
-    from edgekit.device.probe import probe
-    from edgekit.device.provision import needs_provisioning, provision, shim_version
-    from edgekit.device.releases import current_release
-    from edgekit.transport.ssh import connect
-    address, key = resolve_device(options.host, options.identity)
+    from edgekit.device.trial import trial_on_device
     results: list[CandidateResult] = []
-    with connect(address, key) as conn:
-        info = probe(conn)
-        first = built[0][1].manifest
-        if needs_provisioning(info, first.compiler_version):
-            say(f"provisioning {address}")
-            provision(conn, info, first.compiler_version)
-        shims = layout.shims_dir(shim_version())
-        runtime = layout.runtime_dir(first.compiler_version, info.arch)
-        app = first.app
-        keep = current_release(conn, app)
-        measurable, uploaded = [], []
-        try:
-            for variant, bundle in built:
-                release = release_id(bundle)
-                say(f"validating {variant.name} on {address}")
-                upload_release(conn, bundle, app, release, shims)
-                uploaded.append(release)
-                report = validate_on_device(conn, bundle, layout.release_dir(app, release),
-                                            runtime, shims)
-                if not report.ok:
-                    problems = "; ".join(p for o in report.outputs for p in o.problems)
-                    results += [_result(variant, t, "invalid", problems) for t in threads]
-                    continue
+    with trial_on_device(options.host, options.identity, [b for _, b in built], say) as trial:
+        measurable = []
+        for (variant, bundle), problems in zip(built, trial.problems):
+            if problems is not None:
+                results += [_result(variant, t, "invalid", problems) for t in threads]
+            else:
                 measurable.append((variant, bundle))
-
-            def run_round(bundle: Bundle, t: int, n: int) -> list[float]:
-                manifest = bundle.manifest.model_dump(mode="json")
-                return bench_round(conn, info.arch, app, release_id(bundle), manifest, t, n,
-                                   warmup=3, conditions=False).samples_ms
-            samples = _interleaved(measurable, threads, options, say, run_round)
-        finally:
-            for release in uploaded:      # candidates are never activated; keep what was
-                if release != keep:
-                    conn.run(["rm", "-rf", "--", layout.release_dir(app, release)], check=False)
+        samples = _interleaved(measurable, threads, options, say, trial.run_round)
     for (variant, bundle), per_thread in zip(measurable, samples):
         for t, rounds in per_thread.items():
             results.append(_scored(variant, t, rounds, bundle.module.stat().st_size))

@@ -153,3 +153,27 @@ def test_tune_reports_candidates_that_validate_wrongly_on_the_device(write_recip
                    "--lowerings", "tosa", "--rounds", "2", "--repetitions", "4")
     assert proc.returncode == 2
     assert "no candidate variant validated" in proc.stderr and "invalid" in proc.stderr
+
+
+def test_quantization_variants_validate_and_time_on_the_device_leaving_it_as_it_was(
+        write_recipe, arm_device, tmp_path):
+    models = "edgekit.examples.models"
+    recipe = write_recipe(f'name: cnn-q8\nmodel: {{python: "{models}:small_cnn"}}\nquantize: '
+                          f'{{mode: int8, calibration: "{models}:small_cnn_calibration"}}\n')
+    deployed = edgekit("deploy", "--target", "rpi4", "--recipe", str(recipe), "--host",
+                       arm_device.name, "--json", cwd=tmp_path)
+    assert deployed.returncode == 0, deployed.stderr
+    release = json.loads(deployed.stdout)["release"]
+    assert json.loads(deployed.stdout)["report"]["ok"]  # the int8 module validates on arm64
+    proc = edgekit("build", "--recipe", str(recipe), "--target", "rpi4", "--compare-quantization",
+                   "--host", arm_device.name, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["mode"]: r for r in json.loads(proc.stdout)}
+    assert set(rows) == {"fp32", "int8", "int8-weights", "fp16"}
+    for row in rows.values():  # each validated on the device, then timed there
+        assert row["status"] == "built" and row["p50_ms"] > 0, row
+        assert row["measured_on"].startswith(arm_device.name)
+    assert rows["int8"]["quantization"]["contractions"]["integer"] == 5
+    # the deployed int8 release is still current and the trial added nothing that stayed
+    assert current_of(arm_device, "cnn-q8") == release
+    assert releases_on(arm_device, "cnn-q8") == {release}

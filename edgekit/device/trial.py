@@ -1,0 +1,76 @@
+"""Bundles tried on a device without deploying them: each is uploaded as a release of its app,
+validated there and benchmarked on request — never activated — and the releases this trial
+added are removed afterwards (what was on the device before, current or not, stays).
+
+Used by `edgekit tune --host` (candidate variants) and `edgekit build --compare-quantization
+--host` (quantization variants).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgekit.models.bundle import Bundle
+from edgekit.transport.ssh import Connection
+
+
+@dataclass
+class DeviceTrial:
+    conn: Connection
+    address: str                     # user@host[:port]
+    arch: str
+    problems: list[str | None] = field(default_factory=list)  # per bundle: None = validated
+
+    def run_round(self, bundle: Bundle, threads: int, repetitions: int) -> list[float]:
+        """Per-call ms of one iree-benchmark-module process on the device (golden inputs)."""
+        from edgekit.device.bench import bench_round
+        from edgekit.device.deploy import release_id
+        manifest = bundle.manifest.model_dump(mode="json")
+        return bench_round(self.conn, self.arch, bundle.manifest.app, release_id(bundle),
+                           manifest, threads, repetitions, warmup=3,
+                           conditions=False).samples_ms
+
+
+@contextlib.contextmanager
+def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
+                    say: Callable[[str], None] = lambda _: None) -> Iterator[DeviceTrial]:
+    """Upload and validate every bundle on `host`; yields the trial (its `problems` say which
+    validated); removes the releases it added when the block ends."""
+    from edgekit.config.devices import resolve_device
+    from edgekit.device import layout
+    from edgekit.device.deploy import release_id, upload_release, validate_on_device
+    from edgekit.device.probe import probe
+    from edgekit.device.provision import needs_provisioning, provision, shim_version
+    from edgekit.device.releases import list_releases
+    from edgekit.transport.ssh import connect
+    address, key = resolve_device(host, identity)
+    with connect(address, key) as conn:
+        info = probe(conn)
+        first = bundles[0].manifest
+        if needs_provisioning(info, first.compiler_version):
+            say(f"provisioning {address}")
+            provision(conn, info, first.compiler_version)
+        shims = layout.shims_dir(shim_version())
+        runtime = layout.runtime_dir(first.compiler_version, info.arch)
+        before = {(b.manifest.app, r) for b in bundles
+                  for r, _ in list_releases(conn, b.manifest.app)}
+        trial = DeviceTrial(conn, str(address), info.arch)
+        added: list[tuple[str, str]] = []
+        try:
+            for bundle in bundles:
+                app, release = bundle.manifest.app, release_id(bundle)
+                say(f"validating {app} {release[:8]} on {address}")
+                upload_release(conn, bundle, app, release, shims)
+                if (app, release) not in before:
+                    added.append((app, release))
+                report = validate_on_device(conn, bundle, layout.release_dir(app, release),
+                                            runtime, shims)
+                trial.problems.append(None if report.ok else "; ".join(
+                    p for o in report.outputs for p in o.problems))
+            yield trial
+        finally:
+            for app, release in added:
+                conn.run(["rm", "-rf", "--", layout.release_dir(app, release)], check=False)
