@@ -67,11 +67,16 @@ def ort_runner(model: torch.nn.Module, inputs: list[np.ndarray], threads: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, args, buffer, dynamo=False, input_names=names, opset_version=17)
+    return ort_model_runner(buffer.getvalue(), names, inputs, threads)
+
+
+def ort_model_runner(model: bytes, names: list[str], inputs: list[np.ndarray], threads: int):
+    """onnxruntime as users run it: default (full) graph optimizations, `threads` intra-op."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    session = ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     feed = dict(zip(names, inputs))
     return lambda: session.run(None, feed)
 

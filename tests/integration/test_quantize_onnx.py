@@ -4,43 +4,18 @@ real torch-mlir ONNX importer and IREE's ONNX input; QOperator models are refuse
 import numpy as np
 import onnx
 import pytest
-import torch
 
 from edgekit import BuildOptions, build, validate_local
-from edgekit.examples import models
+from edgekit.examples.onnx_quantized import export_quantized
 from edgekit.pipeline.compare_quantization import compare_quantization
 from tests.integration.helpers import edgekit
-
-
-def export_and_quantize(directory, name: str, factory, calibration, input_name: str):
-    """fp32 .onnx of an in-tree model, and its QDQ and QOperator forms from onnxruntime."""
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
-    model, example = factory()
-    fp32 = directory / f"{name}.onnx"
-    torch.onnx.export(model, example, str(fp32), dynamo=False, input_names=[input_name],
-                      opset_version=17)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.samples = iter([{input_name: s[0].numpy()} for s in calibration()])
-
-        def get_next(self):
-            return next(self.samples, None)
-
-    for fmt in ("QDQ", "QOperator"):
-        quantize_static(str(fp32), str(directory / f"{name}_{fmt.lower()}.onnx"), Reader(),
-                        quant_format=getattr(QuantFormat, fmt), per_channel=True,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    return directory
 
 
 @pytest.fixture(scope="module")
 def onnx_models(tmp_path_factory):
     directory = tmp_path_factory.mktemp("onnx-quantized")
-    export_and_quantize(directory, "cnn", models.small_cnn, models.small_cnn_calibration, "image")
-    export_and_quantize(directory, "block", models.transformer_block,
-                        models.transformer_block_calibration, "x")
+    export_quantized(directory, "small_cnn", "image", ("QDQ", "QOperator"))
+    export_quantized(directory, "transformer_block", "x")
     return directory
 
 
@@ -67,29 +42,29 @@ def run_module(bundle, inputs):
 
 
 def test_a_qdq_cnn_builds_integer_validates_and_compares_with_its_fp32_model(onnx_models):
-    recipe = write(onnx_models, "cnn_qdq", "name: cnn-qdq\nmodel: {onnx: cnn_qdq.onnx}\n"
-                   "quantize: {mode: int8, float_model: cnn.onnx}\n")
+    recipe = write(onnx_models, "cnn_qdq", "name: cnn-qdq\nmodel: {onnx: small_cnn_qdq.onnx}\n"
+                   "quantize: {mode: int8, float_model: small_cnn.onnx}\n")
     results = {r.mode: r for r in compare_quantization(
         BuildOptions(recipe=recipe, target="host", out=onnx_models / "build" / "cnn"),
         rounds=2, repetitions=3)}
     assert results["fp32"].status == "built" and results["int8"].status == "built"
     assert results["int8-weights"].status == results["fp16"].status == "skipped"
-    assert results["fp32"].bundle.manifest.model_source == "cnn.onnx"
+    assert results["fp32"].bundle.manifest.model_source == "small_cnn.onnx"
     assert results["fp32"].bundle.manifest.quantization is None
     bundle = results["int8"].bundle
     q = bundle.manifest.quantization
     assert q.mode == "int8" and q.weights == "per-channel" and q.lowering == "torch"
     assert q.quantized_ops == 5 and q.contractions.integer == q.contractions.total == 5
     assert "--iree-input-type=onnx" in bundle.manifest.compile_flags
-    assert q.accuracy.reference == "fp32 ONNX model cnn.onnx"
+    assert q.accuracy.reference == "fp32 ONNX model small_cnn.onnx"
     assert 0.95 < q.accuracy.outputs[0].min_cosine < 1.0
     assert results["int8"].size < 0.5 * results["fp32"].size
     assert validate_local(bundle.path).ok
     # the compiled module reproduces the QDQ model (onnxruntime) within one output step
     import onnxruntime as ort
-    session = ort.InferenceSession(str(onnx_models / "cnn_qdq.onnx"),
+    session = ort.InferenceSession(str(onnx_models / "small_cnn_qdq.onnx"),
                                    providers=["CPUExecutionProvider"])
-    lsb = output_lsb(onnx_models / "cnn_qdq.onnx")
+    lsb = output_lsb(onnx_models / "small_cnn_qdq.onnx")
     rng = np.random.default_rng(11)
     for _ in range(3):
         x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
@@ -98,7 +73,8 @@ def test_a_qdq_cnn_builds_integer_validates_and_compares_with_its_fp32_model(onn
 
 
 def test_a_qdq_transformer_block_builds_integer_for_rpi4(onnx_models):
-    recipe = write(onnx_models, "block_qdq", "name: block-qdq\nmodel: {onnx: block_qdq.onnx}\n")
+    recipe = write(onnx_models, "block_qdq",
+                   "name: block-qdq\nmodel: {onnx: transformer_block_qdq.onnx}\n")
     bundle = build(BuildOptions(recipe=recipe, target="rpi4",
                                 out=onnx_models / "build" / "block-rpi4")).bundle
     q = bundle.manifest.quantization
@@ -109,7 +85,7 @@ def test_a_qdq_transformer_block_builds_integer_for_rpi4(onnx_models):
 
 
 def test_a_qdq_model_through_a_float_lowering_is_refused(onnx_models):
-    recipe = write(onnx_models, "cnn_tosa", "name: cnn-tosa\nmodel: {onnx: cnn_qdq.onnx}\n"
+    recipe = write(onnx_models, "cnn_tosa", "name: cnn-tosa\nmodel: {onnx: small_cnn_qdq.onnx}\n"
                    "lowering: tosa\n")
     proc = edgekit("build", "--recipe", str(recipe), "--target", "host",
                    "--out", str(onnx_models / "build" / "tosa"))
@@ -119,7 +95,8 @@ def test_a_qdq_model_through_a_float_lowering_is_refused(onnx_models):
 
 
 def test_a_qoperator_model_is_refused_with_what_to_do(onnx_models):
-    recipe = write(onnx_models, "cnn_qop", "name: cnn-qop\nmodel: {onnx: cnn_qoperator.onnx}\n")
+    recipe = write(onnx_models, "cnn_qop",
+                   "name: cnn-qop\nmodel: {onnx: small_cnn_qoperator.onnx}\n")
     proc = edgekit("build", "--recipe", str(recipe), "--target", "host",
                    "--out", str(onnx_models / "build" / "qop"))
     assert proc.returncode == 18, proc.stderr
@@ -129,11 +106,12 @@ def test_a_qoperator_model_is_refused_with_what_to_do(onnx_models):
 
 
 def test_check_says_which_path_a_quantized_onnx_model_takes(onnx_models, tmp_path):
-    qdq = edgekit("check", str(onnx_models / "block_qdq.onnx"), "--target", "host", cwd=tmp_path)
+    qdq = edgekit("check", str(onnx_models / "transformer_block_qdq.onnx"), "--target", "host",
+                  cwd=tmp_path)
     assert qdq.returncode == 0, qdq.stderr
     assert "QDQ int8 model: 6 of 6 contractions" in " ".join(qdq.stdout.split())
     assert "would use torch" in qdq.stdout
-    qop = edgekit("check", str(onnx_models / "cnn_qoperator.onnx"), "--target", "host",
+    qop = edgekit("check", str(onnx_models / "small_cnn_qoperator.onnx"), "--target", "host",
                   "--json", cwd=tmp_path)
     import json
     report = json.loads(qop.stdout)

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""ONNX models quantized by onnxruntime (QDQ): edgekit's int8 module vs onnxruntime running the
+same QDQ model, and both fp32 forms — host, 1 thread, one interleaved run, onnxruntime = 1.00×.
+
+For each in-tree model (small CNN, transformer block): export fp32 ONNX, quantize it with
+onnxruntime's quantize_static (QDQ, per-channel int8 weights, int8 activations), build both
+with edgekit for `host` (the QDQ build takes IREE's ONNX input; its contractions are checked
+integer), then time onnxruntime fp32, onnxruntime QDQ (optimized: its int8 kernels), IREE fp32
+and IREE int8 in ONE process, interleaved.
+
+    python bench/onnx_qdq.py
+    python bench/onnx_qdq.py --models small_cnn --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from host_latency import iree_runner, ort_model_runner, time_interleaved  # noqa: E402
+
+from edgekit.examples import models as examples  # noqa: E402
+from edgekit.examples.onnx_quantized import export_quantized  # noqa: E402
+from edgekit.pipeline.build import BuildOptions, build  # noqa: E402
+
+INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="small_cnn,transformer_block")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per model")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="edgekit-qdq-bench-"))
+    rows = []
+    for model in args.models.split(","):
+        name = INPUT_NAMES[model]
+        paths = export_quantized(work, model, name)
+        _, example = getattr(examples, model)()
+        inputs = [t.numpy() for t in example]
+        runners, notes = {}, {}
+        for form in ("fp32", "QDQ"):
+            runners[f"onnxruntime {form}"] = ort_model_runner(paths[form].read_bytes(), [name],
+                                                              inputs, 1)
+            recipe = work / f"{model}-{form}.yaml"
+            recipe.write_text(f"name: {model}-{form.lower()}\n"
+                              f"model: {{onnx: {paths[form].name}}}\n")
+            bundle = build(BuildOptions(recipe=recipe, target="host", out=work / "b" / form,
+                                        use_tuned=False)).bundle
+            q = bundle.manifest.quantization
+            notes[form] = (f"{q.contractions.integer}/{q.contractions.total} integer" if q
+                           else f"lowering {bundle.manifest.lowering.used}")
+            runners[f"edgekit {form}"] = iree_runner(bundle.module, inputs, 1)
+            notes[f"size {form}"] = bundle.module.stat().st_size
+        timed = time_interleaved(runners, args.rounds, args.budget)
+        ort = timed["onnxruntime fp32"]["median_ms"]
+        for key, t in timed.items():
+            rows.append({"model": model, "runner": key, "ms": t["median_ms"],
+                         "vs_ort_fp32": t["median_ms"] / ort,
+                         "note": notes.get(key.split()[-1], "") if key.startswith("edgekit")
+                         else ""})
+        rows.append({"model": model, "runner": "module size int8 / fp32",
+                     "ratio": notes["size QDQ"] / notes["size fp32"]})
+    print("\n| model | runner | ms | vs onnxruntime fp32 | note |\n|---|---|---|---|---|")
+    for r in rows:
+        if "ratio" in r:
+            print(f"| {r['model']} | {r['runner']} | | {r['ratio']:.2f}× | |")
+        else:
+            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} | {r['vs_ort_fp32']:.2f}× "
+                  f"| {r['note']} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main()
