@@ -15,6 +15,7 @@ from typing import Literal
 
 import pydantic
 
+from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.config.schema_base import Frozen
 from edgekit.config.yamlsrc import YamlDoc, load_yaml, validate
 from edgekit.errors import ConfigError
@@ -59,6 +60,7 @@ class TuneSpec(Frozen):
             for flag in flags:
                 if not flag.startswith("--"):
                     raise ValueError(f"flag set {name!r}: flags start with '--' (got {flag!r})")
+            parse_edgekit_flags(flags)
         return sets
 
     @pydantic.field_validator("threads")

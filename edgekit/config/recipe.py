@@ -11,6 +11,7 @@ from typing import Literal
 
 import pydantic
 
+from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.config.schema_base import Frozen
 from edgekit.config.yamlsrc import load_yaml, validate
 from edgekit.errors import ConfigError
@@ -85,6 +86,7 @@ class CompileOptions(Frozen):
         for flag in flags:
             if not flag.startswith("--"):
                 raise ValueError(f"compile flags start with '--' (got {flag!r})")
+        parse_edgekit_flags(flags)
         return flags
 
 

@@ -25,6 +25,7 @@ from edgekit.pipeline.load import LoadedModel, load_model
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
                                     import_module, lower_and_compile)
 from edgekit.pipeline.package import BundleIdentity, package_bundle
+from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.quantize.stage import quantize_model
 from edgekit.toolchain.runner import keep_temps
@@ -89,6 +90,8 @@ FRONT: tuple[Stage[BuildContext], ...] = (
           lambda ctx, exported: quantize_model(ctx.recipe, exported)),
 )
 BACK: tuple[Stage[BuildContext], ...] = (
+    Stage("rewrite", ExportedModel, ExportedModel,
+          lambda ctx, exported: rewrite_graph(exported, ctx.recipe.compile.flags)),
     Stage("import", ExportedModel, ImportedModule,
           lambda ctx, exported: import_module(exported, ctx.reproducer_dir)),
     Stage("lower+compile", ImportedModule, CompiledModule,

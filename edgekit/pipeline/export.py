@@ -29,6 +29,7 @@ class ExportedModel:
     inputs: tuple[TensorSig, ...]
     outputs: tuple[TensorSig, ...]
     quantization: QuantizationNote | None = None  # set by the quantize stage
+    rewrites: tuple[str, ...] = ()         # graph rewrites applied before lowering (what, how many)
 
 
 def export_model(recipe: Recipe, loaded: LoadedModel) -> ExportedModel:

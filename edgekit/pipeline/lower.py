@@ -111,7 +111,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
             continue
         attempts.append(LoweringAttempt(lowering=lowering, ok=True))
         record = LoweringRecord(requested=requested, used=lowering, attempts=tuple(attempts),
-                                note=note)
+                                note="; ".join(filter(None, (note, *imported.exported.rewrites))))
         return CompiledModule(imported.exported, output, flags, record, source=source,
                               quantization=quantization)
     raise _all_failed(attempts, reproducer_dir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from edgekit.config.edgekit_flags import without_edgekit_flags
 from edgekit.config.profiles import Target
 from edgekit.errors import ToolError
 from edgekit.toolchain.runner import run_tool
@@ -54,7 +55,7 @@ def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = (),
         mode_flags = (*MODE_FLAGS.get(quantize_mode, ()),
                       *target.quantize_flags.get(quantize_mode, ()))
     return (f"--iree-input-type={input_type}", *target_flags(target), *mode_flags,
-            *extra)
+            *without_edgekit_flags(extra))
 
 
 def tool_path(name: str) -> str:

@@ -66,3 +66,22 @@ def test_tune_refuses_unknown_flag_sets_with_the_choices(write_recipe):
     proc = edgekit("tune", "--recipe", str(recipe), "--target", "host", "--flag-sets", "fast")
     assert proc.returncode == 2
     assert "fast" in proc.stderr and "im2col+data-tiling" in proc.stderr
+
+
+def test_a_graph_rewrite_in_the_flags_builds_validates_and_is_recorded(write_recipe):
+    from edgekit import BuildOptions, build, validate_local
+    recipe = write_recipe('name: pyramid\nmodel:\n  python: "@TINY@:conv_pyramid"\n'
+                          "compile: {flags: [--edgekit-convs-as-matmul=64, "
+                          "--iree-opt-data-tiling]}\n")
+    bundle = build(BuildOptions(recipe=recipe, target="host")).bundle
+    manifest = bundle.manifest
+    assert "2 of 4 convolutions as im2col + matmul" in manifest.lowering.note
+    assert "--iree-opt-data-tiling" in manifest.compile_flags
+    assert not any(f.startswith("--edgekit-") for f in manifest.compile_flags)
+    assert validate_local(bundle.path).ok  # against the model as written
+    bad = write_recipe('name: pyramid\nmodel:\n  python: "@TINY@:conv_pyramid"\n'
+                       "compile: {flags: [--edgekit-convs-as-matmul=lots]}\n", "bad.yaml")
+    proc = edgekit("build", "--recipe", str(bad), "--target", "host")
+    assert proc.returncode == 2 and "--edgekit-convs-as-matmul=N" in proc.stderr
+    assert "bad.yaml:4" in proc.stderr  # refused when the recipe is read
+    assert "Traceback" not in proc.stderr
