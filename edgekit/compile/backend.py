@@ -28,6 +28,7 @@ from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.export import exported_with_golden
 from edgekit.pipeline.lower import import_module, lower_and_compile
 from edgekit.pipeline.package import BundleIdentity, package_bundle
+from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.toolchain.versions import toolchain_versions
 
 _GRAPH_COUNTER = itertools.count()
@@ -151,7 +152,7 @@ class CompiledGraph:
             workdir = Path(tempfile.mkdtemp(prefix="edgekit-graph-"))
             try:
                 repro = workdir / "reproducer"
-                imported = import_module(exported, repro)
+                imported = import_module(rewrite_graph(exported, s.flags), repro)
                 compiled = lower_and_compile(imported, self.target, s.lowering, s.flags,
                                              workdir, repro)
                 identity = BundleIdentity(app=f"graph-{key[:12]}",

@@ -7,6 +7,7 @@ from typing import Literal
 import pydantic
 
 import edgekit.config as config
+from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.config.schema_base import Frozen
 from edgekit.errors import ConfigError
 
@@ -17,6 +18,12 @@ class CompileSettings(Frozen):
     device: str | None = None
     identity: str | None = None
     flags: tuple[str, ...] = ()
+
+    @pydantic.field_validator("flags")
+    @classmethod
+    def _edgekit_options_known(cls, flags: tuple[str, ...]) -> tuple[str, ...]:
+        parse_edgekit_flags(flags)
+        return flags
 
 
 def resolve_settings(options: dict | None) -> CompileSettings:
