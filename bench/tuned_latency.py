@@ -3,8 +3,8 @@
 
 For each reference model (MobileNetV2-like and ResNet18-like CNNs at 224², a transformer encoder
 over 128 tokens, the keyword-spotting MLP) this runs `edgekit tune` for `host` (builds are
-cached, so a second run only re-measures), then times in ONE process, interleaved round by
-round so machine noise hits all alike, at 1 and 2 threads:
+cached, so a second run only re-measures), then times, for each thread count (1 and 2) in a
+process of its own, interleaved round by round so machine noise hits all alike:
 
   * the untuned build (the profile's default lowering, no extra flags),
   * each flag set of the profile with its best lowering for that thread count,
@@ -12,7 +12,10 @@ round so machine noise hits all alike, at 1 and 2 threads:
   * onnxruntime (= 1.00×) and PyTorch eager,
 
 and prints ratios to onnxruntime. IREE modules run on the local-task driver with the given
-worker count, as the tuner measures them and as devices run them. "best single set" is the
+worker count, as the tuner measures them and as devices run them. (One process per thread
+count: onnxruntime's spinning workers, torch's pool and a second IREE task system would
+otherwise take the cores between calls — in one process IREE's 2-thread figures came out ~2×
+slower than the tuner's.) "best single set" is the
 one flag set that is best across all models (geometric mean): what a fixed profile would
 give; tuned must be at least as good.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -100,35 +104,33 @@ def main() -> None:
         bundle = build(BuildOptions(recipe=recipe, target="host", out=Path(
             "/tmp/edgekit-bench-tuned") / key / "inputs", variant=Variant(
                 first.lowering, first.flag_set, tuple(first.flags)))).bundle
-        inputs = [np.load(bundle.file(p)) for p in bundle.manifest.golden_inputs]
-        model = load_model(load_recipe(recipe)).model
-        runners: dict[str, object] = {}
         columns: dict[int, dict[str, str]] = {}   # threads → column → runner name
+        modules: dict[int, dict[str, str]] = {}   # threads → runner name → module path
 
-        def runner_for(c, threads: int) -> str:
+        def runner_for(c, threads: int, t: int) -> str:
             """One runner per distinct module and thread count: a column that names the
             same variant as another reads the same measurement."""
             name = f"{c.variant}@{threads}"
-            if name not in runners:
-                runners[name] = task_runner(module_of(recipe, c, key), inputs, threads)
+            modules[t].setdefault(name, str(module_of(recipe, c, key)))
             return name
 
         for t in THREADS:
-            cols = columns[t] = {}
+            cols, modules[t] = columns.setdefault(t, {}), {}
             untuned = next(c for c in ok if c.variant == record.default_variant
                            and c.threads == t)
-            cols["untuned"] = runner_for(untuned, t)
+            cols["untuned"] = runner_for(untuned, t, t)
             for name, c in best_by_set(record, t).items():
-                cols[f"set:{name}"] = runner_for(c, t)
+                cols[f"set:{name}"] = runner_for(c, t, t)
             # with t threads available the tuner may use fewer (a tiny model is fastest on one)
             tuned = min((c for c in ok if c.threads <= t), key=lambda c: c.p50_ms)
-            cols["tuned"] = runner_for(tuned, tuned.threads)
+            cols["tuned"] = runner_for(tuned, tuned.threads, t)
             cols["tuned_variant"] = f"{tuned.variant} {tuned.threads}t"
-            runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
-            runners[f"torch@{t}"] = torch_runner(model, inputs, t)
             cols["onnxruntime"], cols["torch"] = f"onnxruntime@{t}", f"torch@{t}"
-        print(f"timing {key} ({len(runners)} runners)…", file=sys.stderr, flush=True)
-        timing = time_interleaved(runners, opts.rounds, opts.seconds)
+        timing: dict[str, dict] = {}
+        for t in THREADS:
+            print(f"timing {key} at {t} thread(s) ({len(modules[t]) + 2} runners)…",
+                  file=sys.stderr, flush=True)
+            timing.update(_timed_in_own_process(recipe, bundle.path, modules[t], t, opts))
         for t in THREADS:
             cols = columns[t]
             ort_ms = timing[cols["onnxruntime"]]["median_ms"]
@@ -142,6 +144,32 @@ def main() -> None:
     report(rows)
     if opts.json:
         opts.json.write_text(json.dumps(rows, indent=2))
+
+
+def _timed_in_own_process(recipe: Path, inputs_bundle: Path, modules: dict[str, str],
+                          threads: int, opts) -> dict[str, dict]:
+    """Time one thread count's runners in a fresh process: onnxruntime's spinning intra-op
+    workers, torch's thread pool and IREE's task system from another thread count would
+    otherwise compete for this machine's cores between calls."""
+    plan = {"recipe": str(recipe), "inputs_bundle": str(inputs_bundle), "modules": modules,
+            "threads": threads, "rounds": opts.rounds, "seconds": opts.seconds / len(THREADS)}
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(plan)],
+                          capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _worker(plan: dict) -> None:
+    from edgekit.models.bundle import load_bundle
+    warnings.filterwarnings("ignore")
+    t = plan["threads"]
+    bundle = load_bundle(Path(plan["inputs_bundle"]))
+    inputs = [np.load(bundle.file(p)) for p in bundle.manifest.golden_inputs]
+    model = load_model(load_recipe(Path(plan["recipe"]))).model
+    runners = {name: task_runner(Path(path), inputs, int(name.rsplit("@", 1)[1]))
+               for name, path in plan["modules"].items()}
+    runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
+    runners[f"torch@{t}"] = torch_runner(model, inputs, t)
+    print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"])))
 
 
 def report(rows: list[dict]) -> None:
@@ -166,4 +194,7 @@ def report(rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        _worker(json.loads(sys.argv[2]))
+    else:
+        main()
