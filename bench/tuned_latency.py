@@ -26,6 +26,7 @@ give; tuned must be at least as good.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import subprocess
@@ -108,10 +109,13 @@ def main() -> None:
         modules: dict[int, dict[str, str]] = {}   # threads → runner name → module path
 
         def runner_for(c, threads: int, t: int) -> str:
-            """One runner per distinct module and thread count: a column that names the
-            same variant as another reads the same measurement."""
-            name = f"{c.variant}@{threads}"
-            modules[t].setdefault(name, str(module_of(recipe, c, key)))
+            """One runner per distinct module and thread count: a column whose module is
+            byte-identical to another's (e.g. a conv rewrite on a model without convolutions)
+            reads the same measurement."""
+            module = module_of(recipe, c, key)
+            digest = hashlib.sha256(module.read_bytes()).hexdigest()[:12]
+            name = f"{digest}@{threads}"
+            modules[t].setdefault(name, str(module))
             return name
 
         for t in THREADS:
