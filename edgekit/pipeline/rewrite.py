@@ -22,6 +22,7 @@ import torch
 from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
 
+
 def rewrite_graph(exported: ExportedModel, flags: tuple[str, ...]) -> ExportedModel:
     options = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
     max_pixels = options.get("convs-as-matmul")
