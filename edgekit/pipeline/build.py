@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.config.recipe import ModelSource, Quantize, Recipe, load_recipe
-from edgekit.errors import ConfigError
 from edgekit.config.profiles import Target, load_target
+from edgekit.errors import ConfigError
 from edgekit.models.bundle import (Bundle, TuningNote, load_bundle, sha256_file, write_manifest,
                                    write_tar)
 from edgekit.pipeline.cache import BuildCache, cache_key

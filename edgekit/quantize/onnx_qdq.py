@@ -13,6 +13,7 @@ Golden outputs are the QDQ model's own outputs in onnxruntime (unoptimized); wit
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -66,17 +67,17 @@ def qdq_summary(model, where: str) -> QdqSummary | None:
     contractions = [n for n in model.graph.node if n.op_type in CONTRACTIONS]
     quantized = [n for n in contractions
                  if len(n.input) >= 2 and all(i in dequantized for i in n.input[:2])]
-    weights = [dequantized[n.input[1]] for n in quantized]  # activation×activation: no weight
-    granularity = {_scale_kind(dq, initializers) for dq in weights if dq.input[0] in initializers}
+    # the second input's DequantizeLinear, when it reads a weight (not activation×activation)
+    weight_dqs = [dequantized[n.input[1]] for n in quantized]
+    granularity = {_scale_kind(dq, initializers) for dq in weight_dqs
+                   if dq.input[0] in initializers}
     weights = granularity.pop() if len(granularity) == 1 else ("mixed" if granularity else "")
     return QdqSummary(contractions=len(contractions), quantized=len(quantized), weights=weights)
 
 
 def _scale_kind(dequantize, initializers) -> str:
     scale = initializers.get(dequantize.input[1])
-    size = 1
-    for dim in (scale.dims if scale is not None else ()):
-        size *= dim
+    size = math.prod(scale.dims) if scale is not None else 1
     return "per-channel" if size > 1 else "per-tensor"
 
 
