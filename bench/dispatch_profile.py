@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a module's time goes, per dispatch, from IREE's own HAL profiler.
 
-Builds the recipe for a target that runs here (as `edgekit build` does, or with `--lowering` /
-`--flags` / `--variant` from the profile's tune flag sets), runs it under iree-benchmark-module
+Builds the recipe for a target that runs here (as `edgekit build` does, or as `--variant`
+from the profile's tune flag sets, plus any `--flag`s), runs it under iree-benchmark-module
 with `--device_profiling_mode=host-execution` (local-sync, 1 thread) and reads the .ireeprof
 with `iree-profile dispatch`. For convolutions and matmuls IREE's dispatch name gives the shape,
 hence the GFLOP/s each kernel reaches; the table also says how much of the wall time is spent
@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--target", default="host")
     parser.add_argument("--variant", help="LOWERING/FLAG_SET from the profile's tune flag sets "
                                           "(default: the untuned build)")
+    parser.add_argument("--flag", action="append", default=[], dest="flags",
+                        help="an extra compile flag on top of the variant's (repeatable)")
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--json", type=Path)
@@ -86,6 +88,10 @@ def main() -> None:
         lowering, _, flag_set = args.variant.partition("/")
         flags = () if flag_set in ("", "default") else tuple(target.tune.flag_sets[flag_set])
         variant = Variant(lowering, flag_set or "default", flags)
+    if args.flags:
+        # without --variant: the profile's first lowering, default flags
+        base = variant or Variant(target.lowering[0], "default", ())
+        variant = Variant(base.lowering, base.flag_set + "+extra", base.flags + tuple(args.flags))
     bundle = build(BuildOptions(recipe=args.recipe, target=args.target, variant=variant,
                                 use_tuned=False, out=work / "bundle")).bundle
     wall, rows = profile(bundle, args.iterations, work)

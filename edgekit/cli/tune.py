@@ -68,8 +68,11 @@ def tuning_table(record) -> None:
         chosen = c == record.chosen
         base = defaults.get(c.threads)
         ratio = f"×{base / c.p50_ms:.2f}" if c.p50_ms and base else "-"
-        result = "[bold green]chosen[/]" if chosen else "[green]ok[/]" if c.status == "ok" \
-            else f"[red]{c.status}[/] {escape(c.reason[:120])}"
+        if c.status != "ok":
+            result = f"[red]{c.status}[/] {escape(c.reason[:120])}"
+        else:   # an ok candidate's reason says whose measurement it shares
+            result = ("[bold green]chosen[/]" if chosen else "[green]ok[/]") + \
+                (f" ({escape(c.reason)})" if c.reason else "")
         table.add_row(c.variant, str(c.threads), "-" if c.p50_ms is None else f"{c.p50_ms:.4f}",
                       ratio, f"{c.module_bytes:,}" if c.module_bytes else "-", result)
     render.out.print(table)

@@ -107,10 +107,13 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
         if not built:
             raise ConfigError("no candidate variant built", key="tune",
                               hint="; ".join(f"{c.variant}: {c.reason}" for c in failed[:4]))
+        distinct, copies = split_identical(built)
         if options.host is None and runs_here(target):
-            results = _tune_here(options, built, threads, say)
+            results = _tune_here(options, distinct, threads, say)
         else:
-            results = _tune_on_device(options, target, built, threads, say)
+            results = _tune_on_device(options, target, distinct, threads, say)
+    results += [same_as(r, variant) for variant, original in copies for r in results
+                if r.variant == original.name]
     results += failed
     valid = [r for r in results if r.status == "ok"]
     if not valid:
@@ -148,6 +151,32 @@ def clearly_faster(a: CandidateResult, b: CandidateResult, min_gain: float = 0.0
         return True
     se = float(np.sqrt(ra.var(ddof=1) / ra.size + rb.var(ddof=1) / rb.size))
     return b.p50_ms - a.p50_ms > 3 * se
+
+
+def split_identical(built: list[tuple[Variant, Bundle]]
+                    ) -> tuple[list[tuple[Variant, Bundle]], list[tuple[Variant, Variant]]]:
+    """(candidates with distinct modules, [(variant, the earlier variant with the same module)]).
+    A flag set can leave a model's module byte for byte as another set leaves it (a conv
+    rewrite on a model without convolutions): measuring both would only let noise pick
+    between copies, and cost the time of another candidate."""
+    first: dict[str, Variant] = {}
+    distinct, copies = [], []
+    for variant, bundle in built:
+        digest = hashlib.sha256(bundle.module.read_bytes()).hexdigest()
+        if digest in first:
+            copies.append((variant, first[digest]))
+        else:
+            first[digest] = variant
+            distinct.append((variant, bundle))
+    return distinct, copies
+
+
+def same_as(result: CandidateResult, variant: Variant) -> CandidateResult:
+    """`result` (measured for an identical module) reported for `variant`."""
+    note = f"same module as {result.variant}"
+    return result.model_copy(update={
+        "lowering": variant.lowering, "flag_set": variant.flag_set, "flags": variant.flags,
+        "reason": f"{note}; {result.reason}" if result.reason else note})
 
 
 def candidate_variants(target: Target, lowerings: tuple[str, ...] | None,

@@ -22,17 +22,24 @@ def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tm
     (tmp_path / "host-tune.yaml").write_text(
         "extends: host\ntune:\n  threads: [1]\n  flag_sets:\n"
         "    data-tiling: [--iree-opt-data-tiling]\n"
-        "    broken: [--iree-no-such-flag]\n")
+        "    broken: [--iree-no-such-flag]\n"
+        # no convolution to rewrite: the same module as data-tiling's
+        "    rewrite: [--edgekit-convs-as-matmul=64, --iree-opt-data-tiling]\n")
     profile = str(tmp_path / "host-tune.yaml")
-    sets = ("--lowerings", "tosa,linalg", "--flag-sets", "default,data-tiling,broken")
+    sets = ("--lowerings", "tosa,linalg", "--flag-sets", "default,data-tiling,broken,rewrite")
     record = tune_json("--recipe", str(recipe), "--target", profile, *sets)
     by_variant = {c["lowering"] + "/" + c["flag_set"]: c for c in record["candidates"]}
     assert set(by_variant) == {f"{lw}/{s}" for lw in ("tosa", "linalg")
-                               for s in ("default", "data-tiling", "broken")}
+                               for s in ("default", "data-tiling", "broken", "rewrite")}
     assert by_variant["tosa/broken"]["status"] == "build-failed"
     assert "no-such-flag" in by_variant["tosa/broken"]["reason"]
+    # an identical module is measured once and reported as such
+    copy, original = by_variant["tosa/rewrite"], by_variant["tosa/data-tiling"]
+    assert copy["status"] == "ok" and copy["reason"] == "same module as tosa/data-tiling"
+    assert copy["round_p50_ms"] == original["round_p50_ms"]
     valid = [c for c in record["candidates"] if c["status"] == "ok"]
-    assert len(valid) == 4
+    assert len(valid) == 6
+    assert record["chosen"]["flag_set"] != "rewrite"  # a tie goes to the variant measured
     chosen = record["chosen"]
     fastest = min(valid, key=lambda c: c["p50_ms"])
     # the fastest, unless it does not beat the untuned build beyond the measured noise
