@@ -6,7 +6,9 @@ over 128 tokens, the keyword-spotting MLP) this runs `edgekit tune` for `host` (
 cached, so a second run only re-measures), then times, for each thread count (1 and 2) in a
 process of its own, interleaved round by round so machine noise hits all alike:
 
-  * the untuned build (the profile's default lowering, no extra flags),
+  * IREE with no flags at all (linalg path, generic CPU: "IREE dflt", the baseline of the
+    tuning issue's 21×),
+  * the untuned build (the profile's default lowering and CPU, no extra flags),
   * each flag set of the profile with its best lowering for that thread count,
   * the tuned variant for that thread count,
   * onnxruntime (= 1.00×) and PyTorch eager,
@@ -57,11 +59,15 @@ _DEVICES: dict[int, object] = {}
 
 
 def task_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
-    """The module on IREE's local-task driver with `threads` workers: what the tuner measures
-    (iree-benchmark-module) and what devices run (the bundle's driver). One device per thread
+    """The module on IREE's local-task driver with `threads` workers (local-sync for one): what
+    the tuner measures (iree-benchmark-module) and what a tuned bundle runs. One device per thread
     count, shared by the runners: the topology flag is read when a device is created, and
     every extra task system's idle workers would compete for the cores."""
     import iree.runtime as rt
+
+    from edgekit.toolchain.iree import driver_for_threads
+    if driver_for_threads("local-task", threads) == "local-sync":
+        return iree_runner(vmfb, inputs, 1)   # as the tuner measures and builds ship one thread
     if threads not in _DEVICES:
         rt.flags.parse_flags(f"--task_topology_group_count={threads}")
         _DEVICES[threads] = rt.get_device("local-task", cache=False)
@@ -76,6 +82,11 @@ def best_by_set(record, threads: int) -> dict[str, object]:
             if c.flag_set not in best or c.p50_ms < best[c.flag_set].p50_ms:
                 best[c.flag_set] = c
     return best
+
+
+# What iree-compile does with no flags at all (the issue's "default flag set": the linalg path,
+# generic CPU): the baseline behind the 21× in the project's facts.
+IREE_DEFAULTS = Variant("linalg", "iree-defaults", ("--iree-llvmcpu-target-cpu=generic",))
 
 
 def module_of(recipe: Path, candidate, key: str) -> Path:
@@ -123,6 +134,7 @@ def main() -> None:
             untuned = next(c for c in ok if c.variant == record.default_variant
                            and c.threads == t)
             cols["untuned"] = runner_for(untuned, t, t)
+            cols["iree_defaults"] = runner_for(IREE_DEFAULTS, t, t)
             for name, c in best_by_set(record, t).items():
                 cols[f"set:{name}"] = runner_for(c, t, t)
             # with t threads available the tuner may use fewer (a tiny model is fastest on one)
@@ -186,12 +198,13 @@ def report(rows: list[dict]) -> None:
         best = min(geo, key=geo.get)
         print(f"\n{t} thread(s) — ratios to onnxruntime (lower is better); best single flag "
               f"set across models: {best}")
-        print(f"{'model':<14}{'ort ms':>9}{'torch':>8}{'untuned':>9}{'best set':>10}"
-              f"{'tuned':>8}  tuned variant")
+        print(f"{'model':<14}{'ort ms':>9}{'torch':>8}{'IREE dflt':>10}{'untuned':>9}"
+              f"{'best set':>10}{'tuned':>8}{'dflt/tuned':>11}  tuned variant")
         for r in mine:
             print(f"{r['model']:<14}{r['onnxruntime_ms']:>9.3f}{r['torch_x_ort']:>7.2f}x"
-                  f"{r['untuned_x_ort']:>8.2f}x{r.get(f'set:{best}_x_ort', math.inf):>9.2f}x"
-                  f"{r['tuned_x_ort']:>7.2f}x  {r['tuned_variant']}")
+                  f"{r['iree_defaults_x_ort']:>9.2f}x{r['untuned_x_ort']:>8.2f}x"
+                  f"{r.get(f'set:{best}_x_ort', math.inf):>9.2f}x{r['tuned_x_ort']:>7.2f}x"
+                  f"{r['iree_defaults_x_ort'] / r['tuned_x_ort']:>10.2f}x  {r['tuned_variant']}")
         print("per flag set:", ", ".join(
             f"{s} " + "/".join(f"{r.get(f'set:{s}_x_ort', math.inf):.2f}" for r in mine)
             for s in sets))

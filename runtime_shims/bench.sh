@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench.sh RUNTIME_DIR RELEASE_DIR [EXTRA_FLAG...]: iree-benchmark-module on the release's
 # golden inputs, its JSON on stdout. Extra flags (e.g. --benchmark_repetitions=10) pass through.
+# EDGEKIT_DRIVER, when set, replaces the release's runtime driver (the tuner's local-sync trial).
 # The last stderr line is "edgekit-peak-rss-kb=N": the benchmark process's peak resident memory
 # (VmHWM, sampled every 10 ms: a run shorter than that can under-report).
 set -eu
@@ -13,7 +14,7 @@ for input in $INPUTS; do
   inputs="$inputs --input=@$release/$input"
 done
 # shellcheck disable=SC2086 # $inputs holds one flag per validated relative path
-"$runtime/bin/iree-benchmark-module" "--module=$release/module.vmfb" "--device=$DRIVER" \
+"$runtime/bin/iree-benchmark-module" "--module=$release/module.vmfb" "--device=${EDGEKIT_DRIVER:-$DRIVER}" \
   "--function=$FUNCTION" $inputs --benchmark_format=json "$@" &
 pid=$!
 peak=0

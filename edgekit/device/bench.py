@@ -115,20 +115,26 @@ class RoundRun:
 
 def bench_round(conn: Connection, arch: str, app: str, release: str, manifest: dict,
                 threads: int, repetitions: int, warmup: int,
-                conditions: bool = True, calls_per_sample: int = 1) -> RoundRun:
+                conditions: bool = True, calls_per_sample: int = 1,
+                driver: str | None = None) -> RoundRun:
     """One benchmark process: `warmup` + `repetitions` samples, each one call (or the mean of
     `calls_per_sample` calls, for calls too short to time one by one). The device's
     conditions are read before and after unless `conditions` is False (each read takes
-    half a second of sampling)."""
+    half a second of sampling). `driver` runs the release on another runtime driver than its
+    manifest's (the tuner trying local-sync for one thread)."""
     shims = layout.shims_dir(shim_version())
     runtime = layout.runtime_dir(manifest["compiler_version"], arch)
     before = read_conditions(conn) if conditions else Conditions()
     flags = [f"--benchmark_repetitions={repetitions + warmup}",
              f"--benchmark_min_time={calls_per_sample}x"]
-    if manifest["runtime_driver"] == "local-task":
+    driver = driver or manifest["runtime_driver"]
+    if driver == "local-task":
         flags.append(f"--task_topology_group_count={threads}")
-    result = conn.run(["sh", f"{shims}/bench.sh", runtime, layout.release_dir(app, release),
-                       *flags], check=False, timeout=3600)
+    # bench.sh reads EDGEKIT_DRIVER before the release's run.env DRIVER
+    env = [] if driver == manifest["runtime_driver"] else \
+        ["env", f"EDGEKIT_DRIVER={safe_name(driver, 'driver')}"]
+    result = conn.run([*env, "sh", f"{shims}/bench.sh", runtime,
+                       layout.release_dir(app, release), *flags], check=False, timeout=3600)
     after = read_conditions(conn) if conditions else Conditions()
     if result.returncode != 0:
         raise RemoteCommandFailed("iree-benchmark-module failed", where=str(conn.address),

@@ -74,9 +74,11 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
 
 
 def release_id(bundle: Bundle) -> str:
-    """Content-addressed: the same bundle bytes are the same release on every device."""
+    """Content-addressed: the same bundle bytes, run the same way, are the same release on
+    every device (the driver is in run.env: a tuned 1-thread build runs on local-sync)."""
     m = bundle.manifest
-    content = json.dumps({"app": m.app, "target": m.target, "files": m.files}, sort_keys=True)
+    content = json.dumps({"app": m.app, "target": m.target, "files": m.files,
+                          "driver": m.runtime_driver}, sort_keys=True)
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 

@@ -28,10 +28,12 @@ class DeviceTrial:
         """Per-call ms of one iree-benchmark-module process on the device (golden inputs)."""
         from edgekit.device.bench import bench_round
         from edgekit.device.deploy import release_id
+        from edgekit.toolchain.iree import driver_for_threads
         manifest = bundle.manifest.model_dump(mode="json")
         return bench_round(self.conn, self.arch, bundle.manifest.app, release_id(bundle),
-                           manifest, threads, repetitions, warmup=3,
-                           conditions=False).samples_ms
+                           manifest, threads, repetitions, warmup=3, conditions=False,
+                           driver=driver_for_threads(bundle.manifest.runtime_driver,
+                                                     threads)).samples_ms
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.quantize.stage import quantize_model
+from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.versions import toolchain_versions
 
@@ -199,8 +200,12 @@ def _record_tuning(out: Path, tuning: TuningNote | None) -> None:
     """The tuning note lives in the published manifest only: it is not part of the module's
     bytes (nor of the release id), so re-tuning to the same variant stays a cache hit."""
     bundle = load_bundle(out)
-    if bundle.manifest.tuning != tuning:
-        write_manifest(out, bundle.manifest.model_copy(update={"tuning": tuning}))
+    m = bundle.manifest
+    # the driver the tuner measured the choice with (local-sync for one thread)
+    driver = iree.driver_for_threads(m.runtime_driver, tuning.threads) if tuning \
+        else m.runtime_driver
+    if m.tuning != tuning or m.runtime_driver != driver:
+        write_manifest(out, m.model_copy(update={"tuning": tuning, "runtime_driver": driver}))
 
 
 def _publish(entry: Path, out: Path) -> None:

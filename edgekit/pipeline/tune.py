@@ -244,12 +244,13 @@ def bench_local(bundle: Bundle, threads: int, repetitions: int, warmup: int) -> 
     """Per-call ms from this machine's iree-benchmark-module on the bundle's golden inputs."""
     from edgekit.device.bench import per_call_ms
     m = bundle.manifest
+    driver = iree.driver_for_threads(m.runtime_driver, threads)
     argv = [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
-            f"--device={m.runtime_driver}", f"--function={m.entry_function}",
+            f"--device={driver}", f"--function={m.entry_function}",
             *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
             "--benchmark_format=json", f"--benchmark_repetitions={repetitions + warmup}",
             "--benchmark_min_time=1x"]
-    if m.runtime_driver == "local-task":
+    if driver == "local-task":
         argv.append(f"--task_topology_group_count={threads}")
     proc = subprocess.run(argv, capture_output=True, timeout=3600)
     if proc.returncode != 0:

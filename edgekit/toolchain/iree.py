@@ -58,6 +58,14 @@ def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = (),
             *without_edgekit_flags(extra))
 
 
+def driver_for_threads(driver: str, threads: int) -> str:
+    """The runtime driver for a module run with `threads` CPU workers. With one worker,
+    local-task only adds a worker thread and task-graph bookkeeping to every call; local-sync
+    runs the same executables inline on the caller's thread (KWS MLP on this machine: 0.032
+    vs 0.057 ms per call). The module is the same for both drivers."""
+    return "local-sync" if driver == "local-task" and threads == 1 else driver
+
+
 def tool_path(name: str) -> str:
     """Path of an IREE command-line tool shipped in the compiler or runtime wheel."""
     if name == "iree-compile":

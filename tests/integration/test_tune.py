@@ -54,11 +54,14 @@ def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tm
     assert manifest["tuning"]["variant"] == f"{chosen['lowering']}/{chosen['flag_set']}"
     assert manifest["lowering"]["used"] == chosen["lowering"]
     assert all(flag in manifest["compile_flags"] for flag in chosen["flags"])
+    # measured with one thread, so it runs as measured: inline, without a task system
+    assert manifest["runtime_driver"] == "local-sync"
     human = edgekit("build", "--recipe", str(recipe), "--target", profile)
     assert "tuned variant" in human.stdout
     untuned = edgekit("build", "--recipe", str(recipe), "--target", profile, "--no-tuned",
                       "--json")
     assert json.loads(untuned.stdout)["manifest"]["tuning"] is None
+    assert json.loads(untuned.stdout)["manifest"]["runtime_driver"] == "local-task"
 
     # re-tuning only re-measures: every candidate build is a cache hit
     cache_dir = Path(os.environ["EDGEKIT_CACHE_DIR"])
