@@ -48,7 +48,7 @@ from host_latency import (iree_runner, ort_runner, time_interleaved,  # noqa: E4
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
 from edgekit.pipeline.load import load_model  # noqa: E402
-from edgekit.pipeline.tune import TuneOptions, tune  # noqa: E402
+from edgekit.pipeline.tune import TuneOptions, choose, tune  # noqa: E402
 
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
           "text_encoder": "text_encoder.yaml", "kws_mlp": "kws_mlp.yaml"}
@@ -137,8 +137,9 @@ def main() -> None:
             cols["iree_defaults"] = runner_for(IREE_DEFAULTS, t, t)
             for name, c in best_by_set(record, t).items():
                 cols[f"set:{name}"] = runner_for(c, t, t)
-            # with t threads available the tuner may use fewer (a tiny model is fastest on one)
-            tuned = min((c for c in ok if c.threads <= t), key=lambda c: c.p50_ms)
+            # what `edgekit tune --threads 1..t` chooses: with t threads available the tuner
+            # may use fewer (a tiny model is fastest on one)
+            tuned, _ = choose([c for c in ok if c.threads <= t], record.default_variant)
             cols["tuned"] = runner_for(tuned, tuned.threads, t)
             cols["tuned_variant"] = f"{tuned.variant} {tuned.threads}t"
             cols["onnxruntime"], cols["torch"] = f"onnxruntime@{t}", f"torch@{t}"
