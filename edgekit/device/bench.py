@@ -96,8 +96,9 @@ def run_bench(options: BenchOptions,
 
 
 def _thread_configs(threads: tuple[int, ...], driver: str) -> tuple[int, ...]:
-    # a Vulkan module's speed does not depend on CPU threads: one configuration
-    return (1,) if driver == "vulkan" else tuple(dict.fromkeys(threads))
+    # a Vulkan module's speed does not depend on CPU threads, and local-sync runs on the
+    # caller's thread (a build tuned for one thread): one configuration
+    return (1,) if driver in ("vulkan", "local-sync") else tuple(dict.fromkeys(threads))
 
 
 def remote_manifest(conn: Connection, app: str, release: str) -> dict:

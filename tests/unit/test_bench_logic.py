@@ -81,3 +81,14 @@ def test_noise_comes_from_the_spread_between_benchmark_processes():
     assert not compare(drifting, moved).regression
     assert compare(steady, result([30.0] * 50, release="r3", id="d",
                                   rounds=[30.0] * 5)).regression
+
+
+def test_thread_counts_apply_to_the_task_driver_only():
+    from edgekit.device.bench import _thread_configs
+    from edgekit.toolchain.iree import driver_for_threads
+    assert _thread_configs((1, 2, 2, 4), "local-task") == (1, 2, 4)
+    assert _thread_configs((1, 2), "local-sync") == (1,)   # runs on the caller's thread
+    assert _thread_configs((1, 2), "vulkan") == (1,)
+    assert driver_for_threads("local-task", 1) == "local-sync"
+    assert driver_for_threads("local-task", 2) == "local-task"
+    assert driver_for_threads("vulkan", 1) == "vulkan"
