@@ -53,9 +53,17 @@ def get(result_id: str) -> BenchResult:
                       hint="`edgekit bench history` lists them")
 
 
+def series_key(r: BenchResult) -> tuple:
+    """Device, app, threads and kind of driver. local-sync and local-task both run on the CPU:
+    a release tuned for one thread ships local-sync (edgekit tune), and comparing it with the
+    previous local-task release at one thread is the point of benchmarking it."""
+    driver = r.config.get("driver")
+    return (r.device, r.app, r.config.get("threads"),
+            "cpu" if driver in ("local-sync", "local-task") else driver)
+
+
 def _same_series(a: BenchResult, b: BenchResult) -> bool:
-    return (a.device, a.app, a.config.get("threads"), a.config.get("driver")) == \
-        (b.device, b.app, b.config.get("threads"), b.config.get("driver"))
+    return series_key(a) == series_key(b)
 
 
 def previous_release_result(new: BenchResult, history: list[BenchResult]) -> BenchResult | None:
@@ -93,7 +101,7 @@ def compare_latest() -> list[Comparison]:
     history = load_history()
     newest: dict[tuple, BenchResult] = {}
     for r in history:
-        newest[(r.device, r.app, r.config.get("threads"), r.config.get("driver"))] = r
+        newest[series_key(r)] = r
     comparisons = []
     for r in newest.values():
         base = previous_release_result(r, history)

@@ -92,3 +92,14 @@ def test_thread_counts_apply_to_the_task_driver_only():
     assert driver_for_threads("local-task", 1) == "local-sync"
     assert driver_for_threads("local-task", 2) == "local-task"
     assert driver_for_threads("vulkan", 1) == "vulkan"
+
+
+def test_a_release_tuned_onto_local_sync_compares_with_the_previous_cpu_release():
+    from edgekit.device.history import previous_release_result
+    before = result([10.0] * 20, release="r1", id="a")            # local-task, 1 thread
+    tuned = result([7.0] * 20, release="r2", id="b").model_copy(
+        update={"config": {"threads": 1, "driver": "local-sync"},
+                "created_at": "2026-01-02T00:00:00"})
+    assert previous_release_result(tuned, [before, tuned]) == before
+    gpu = tuned.model_copy(update={"config": {"threads": 1, "driver": "vulkan"}})
+    assert previous_release_result(gpu, [before, gpu]) is None
