@@ -197,8 +197,9 @@ def build_key(recipe: Recipe, target: Target, exported: ExportedModel) -> str:
 
 
 def _record_tuning(out: Path, tuning: TuningNote | None) -> None:
-    """The tuning note lives in the published manifest only: it is not part of the module's
-    bytes (nor of the release id), so re-tuning to the same variant stays a cache hit."""
+    """The tuning note, and the runtime driver it implies, live in the published manifest only:
+    they are not part of the module's bytes, so re-tuning to the same variant stays a cache
+    hit. (The driver is part of the release id: run.env carries it to the device.)"""
     bundle = load_bundle(out)
     m = bundle.manifest
     # the driver the tuner measured the choice with (local-sync for one thread)
