@@ -30,7 +30,7 @@ from host_latency import iree_runner, ort_model_runner, time_interleaved  # noqa
 
 from edgekit.examples import models as examples  # noqa: E402
 from edgekit.examples.onnx_quantized import export_quantized  # noqa: E402
-from edgekit.pipeline.build import BuildOptions, build  # noqa: E402
+from edgekit.api.build import BuildOptions, build  # noqa: E402
 
 INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
 

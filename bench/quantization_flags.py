@@ -31,7 +31,7 @@ from host_latency import iree_runner, ort_runner, time_interleaved  # noqa: E402
 
 from edgekit.errors import EdgekitError  # noqa: E402
 from edgekit.examples import models as examples  # noqa: E402
-from edgekit.pipeline.build import BuildOptions, build  # noqa: E402
+from edgekit.api.build import BuildOptions, build  # noqa: E402
 
 FLAG_SETS = {
     "none": [],

@@ -48,7 +48,7 @@ from host_latency import (iree_runner, ort_runner, time_interleaved,  # noqa: E4
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
 from edgekit.pipeline.load import load_model  # noqa: E402
-from edgekit.pipeline.tune import TuneOptions, choose, tune  # noqa: E402
+from edgekit.tune.tuner import TuneOptions, choose, tune  # noqa: E402
 
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
           "text_encoder": "text_encoder.yaml", "kws_mlp": "kws_mlp.yaml"}

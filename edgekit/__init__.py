@@ -11,7 +11,7 @@ from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.config.profiles import Target, available_targets, load_target
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle, load_bundle
-from edgekit.pipeline.build import BuildOptions, BuildResult, build
+from edgekit.api.build import BuildOptions, BuildResult, build
 from edgekit.validate.local import validate_local
 
 __all__ = [

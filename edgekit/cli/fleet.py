@@ -106,7 +106,7 @@ def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurren
                  max_p90_ratio, rollback_on_halt, keep: int, no_cache: bool,
                  html: Path | None, as_json: bool) -> None:
     """Build once per target, then update the fleet in waves with health gates."""
-    from edgekit.fleet.rollout import UpdateOptions, update
+    from edgekit.api.fleet import UpdateOptions, update
     overrides = _policy_overrides(canary, waves, concurrency, max_fail, max_p90_ratio,
                                   rollback_on_halt)
     result = update(UpdateOptions(fleet=fleet_file, recipe=recipe, limit=limit,
@@ -172,7 +172,7 @@ def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: 
 @handle_errors
 def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str | None) -> None:
     """Write an Ansible playbook + inventory doing the same staged rollout."""
-    from edgekit.fleet.ansible_export import export_ansible
+    from edgekit.api.fleet import export_ansible
     written = export_ansible(fleet_file, recipe, out, limit=limit)
     render.out.print(f"wrote {written.playbook} and {written.inventory}\n"
                      f"run: ansible-playbook -i {written.inventory} {written.playbook}")

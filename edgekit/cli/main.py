@@ -73,14 +73,14 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
           as_json: bool) -> None:
     """Build a deployable bundle for a target from a recipe."""
     from edgekit.errors import ConfigError
-    from edgekit.pipeline.build import BuildOptions, build as run_build
+    from edgekit.api.build import BuildOptions, build as run_build
     options = BuildOptions(recipe=recipe, target=target, out=out, use_cache=not no_cache, tar=tar,
                            use_tuned=not no_tuned)
     if host and not compare_quantization:
         raise ConfigError("--host goes with --compare-quantization (to deploy, use "
                           "`edgekit deploy`)", key="host")
     if compare_quantization:
-        from edgekit.pipeline.compare_quantization import compare_quantization as compare
+        from edgekit.api.compare_quantization import compare_quantization as compare
         with render.err.status("building…") as status:
             results = compare(options, say=status.update, host=host, identity=identity)
         if as_json:
@@ -105,7 +105,7 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
 @handle_errors
 def demo(recipe: Path | None, arch: str, target: str | None) -> None:
     """Start a lab device, deploy an example to it, validate on it, report, stop it."""
-    from edgekit.demo import DEFAULT_RECIPE, run_demo
+    from edgekit.api.demo import DEFAULT_RECIPE, run_demo
     try:
         with render.err.status("starting…") as status:
             result = run_demo(recipe or DEFAULT_RECIPE, arch, target, on_stage=status.update)
@@ -211,20 +211,22 @@ def check(model: str, target: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--target", required=True, help="target profile name or YAML path")
-@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
+@click.argument("bundle", required=False, type=click.Path(path_type=Path))
+@click.option("--target", help="target profile name or YAML path (with --recipe)")
+@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML, built first")
 @click.option("--host", required=True, help=HOST_HELP)
 @IDENTITY
 @click.option("--keep", default=3, show_default=True, help="releases kept on the device")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
-def deploy(target: str, recipe: Path, host: str, identity: Path | None, keep: int,
-           no_cache: bool, as_json: bool) -> None:
-    """Build, check the device, ship, validate on the device, then activate."""
-    from edgekit.device.deploy import DeployOptions, deploy as run_deploy
-    options = DeployOptions(recipe=recipe, target=target, host=host, identity=identity,
-                            keep=keep, use_cache=not no_cache)
+def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
+           identity: Path | None, keep: int, no_cache: bool, as_json: bool) -> None:
+    """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
+    first; check the device, upload, validate on the device, then activate."""
+    from edgekit.api.deploy import DeployOptions, deploy as run_deploy
+    options = DeployOptions(host=host, bundle=bundle, recipe=recipe, target=target,
+                            identity=identity, keep=keep, use_cache=not no_cache)
     try:
         if as_json:
             result = run_deploy(options)
@@ -296,7 +298,7 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     """Releases of an app on a device, newest first; * marks current."""
     from edgekit.config.devices import resolve_device
     from edgekit.device.releases import describe_releases
-    from edgekit.transport.address import safe_name
+    from edgekit.config.address import safe_name
     from edgekit.transport.ssh import connect
     safe_name(app, "app")
     address, key = resolve_device(host, identity)
@@ -323,7 +325,7 @@ def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None
         shim_version
     from edgekit.device.layout import shims_dir
     from edgekit.device.releases import rollback as run_rollback
-    from edgekit.transport.address import safe_name
+    from edgekit.config.address import safe_name
     from edgekit.transport.ssh import connect
     safe_name(app, "app")
     if to:
@@ -352,7 +354,7 @@ def devices_trust(host: str, fingerprint: str | None, replace: bool, yes: bool) 
     """Show a device's host key fingerprint and pin it."""
     from edgekit.config.devices import load_registry
     from edgekit.errors import ConfigError, HostKeyChanged
-    from edgekit.transport.address import parse_address
+    from edgekit.config.address import parse_address
     from edgekit.transport.ssh import fetch_host_key, pin_host_key, pinned_fingerprint
     entry = load_registry().get(host)
     address = parse_address(entry.address if entry else host)

@@ -37,7 +37,7 @@ def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
     """Build, validate and benchmark lowering × flag set × threads variants; record the
     fastest valid one so that `build` and `deploy` use it."""
     from edgekit.errors import ConfigError
-    from edgekit.pipeline.tune import TuneOptions, tune as run_tune
+    from edgekit.tune.tuner import TuneOptions, tune as run_tune
     try:
         thread_counts = tuple(int(t) for t in _csv(threads)) if threads else None
     except ValueError:

@@ -11,7 +11,7 @@ from pathlib import Path
 from edgekit.config.paths import edgekit_home
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
 from edgekit.errors import AuthFailed
-from edgekit.transport.address import DeviceAddress, parse_address
+from edgekit.config.address import DeviceAddress, parse_address
 
 
 class DeviceEntry(Frozen):

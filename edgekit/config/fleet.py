@@ -32,7 +32,7 @@ from edgekit.config.recipe import Hooks
 from edgekit.config.schema_base import Frozen
 from edgekit.config.yamlsrc import YamlDoc, load_yaml, validate
 from edgekit.errors import ConfigError
-from edgekit.transport.address import parse_address, safe_name
+from edgekit.config.address import parse_address, safe_name
 
 Count = int | str   # a number of devices or a percentage such as "10%"
 _PERCENT = re.compile(r"^(\d{1,3})%$")

@@ -26,7 +26,7 @@ from edgekit.errors import ConfigError, RemoteCommandFailed
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
 from edgekit.models.bundle import load_bundle
 from edgekit.toolchain.versions import package_version
-from edgekit.transport.address import safe_name
+from edgekit.config.address import safe_name
 from edgekit.transport.ssh import Connection, connect
 
 BUSY_PCT = 30.0               # CPU busy share right before a run above which timings are suspect

@@ -1,4 +1,4 @@
-"""`edgekit deploy`: build → preflight → upload to staging → verify → validate → activate.
+"""Deploy a built bundle: preflight → upload to staging → verify → validate → activate.
 
 Order chosen so that a bad release never goes live: the new release is validated on the device
 from its own directory *before* `current` is switched, so a failed validation leaves `current`
@@ -19,29 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.config.devices import resolve_device
 from edgekit.device import layout, preflight
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import activate, current_release, journal_event, prune_releases
-from edgekit.config.recipe import Hooks, load_recipe
+from edgekit.config.recipe import Hooks
 from edgekit.errors import DeviceIncompatible, HealthGateFailed, ValidationFailed
 from edgekit.models.bundle import MANIFEST, Bundle, sha256_file
 from edgekit.models.report import ValidationReport
-from edgekit.pipeline.build import BuildOptions, build
-from edgekit.transport.address import safe_name
-from edgekit.transport.ssh import Connection, connect
+from edgekit.config.address import safe_name
+from edgekit.transport.ssh import Connection
 from edgekit.validate.compare import compare_output
-
-
-@dataclass(frozen=True)
-class DeployOptions:
-    recipe: Path
-    target: str
-    host: str                       # registered device name or user@host[:port]
-    identity: Path | None = None
-    keep: int = 3                   # releases kept on the device (current included)
-    use_cache: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,18 +47,6 @@ class DeployResult:
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
     gate: dict = field(default_factory=dict)   # what the health gate measured, if any
-
-
-def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
-    address, identity = resolve_device(options.host, options.identity)
-    if on_stage:
-        on_stage("build")
-    built = build(BuildOptions(recipe=options.recipe, target=options.target,
-                               use_cache=options.use_cache))
-    hooks = load_recipe(options.recipe).hooks
-    with connect(address, identity) as conn:
-        return deploy_bundle(conn, built.bundle, keep=options.keep, on_stage=on_stage,
-                             hooks=hooks)
 
 
 def release_id(bundle: Bundle) -> str:

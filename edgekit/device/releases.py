@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from edgekit.device import layout
 from edgekit.errors import ConfigError, RemoteCommandFailed
-from edgekit.transport.address import safe_name
+from edgekit.config.address import safe_name
 from edgekit.transport.ssh import Connection
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +33,8 @@ from edgekit.device.provision import SHIM_FILES, TOOLS, runtime_tools, shim_vers
 from edgekit.device.probe import SHIMS
 from edgekit.fleet.rollout import merged_hooks
 from edgekit.fleet.waves import plan_waves
-from edgekit.models.bundle import MANIFEST
-from edgekit.pipeline.build import BuildOptions, build
-from edgekit.transport.address import parse_address, safe_name
+from edgekit.models.bundle import MANIFEST, Bundle
+from edgekit.config.address import parse_address, safe_name
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,10 @@ class AnsibleExport:
 
 
 def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
+                   build_for: Callable[[str], Bundle],
                    limit: str | None = None) -> AnsibleExport:
+    """Write the playbook, inventory and release files; `build_for` gives the recipe's bundle
+    for each target profile in the fleet."""
     fleet = load_fleet(fleet_path).select(limit)
     recipe = load_recipe(recipe_path)
     hooks = merged_hooks(recipe, fleet)
@@ -57,7 +60,7 @@ def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
     arches: set[str] = set()
     version = ""
     for index, target in enumerate(dict.fromkeys(d.target for d in fleet.devices)):
-        bundle = build(BuildOptions(recipe=recipe_path, target=target)).bundle
+        bundle = build_for(target)
         folder = f"releases/{index}-{safe_name(Path(target).stem, 'target')}"
         _write_release(bundle, files / folder)
         releases[target] = (release_id(bundle), folder)

@@ -39,10 +39,9 @@ from edgekit.device.releases import current_release
 from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
-from edgekit.models.bundle import load_bundle
+from edgekit.models.bundle import Bundle, load_bundle
 from edgekit.models.fleet import FleetResult, RolloutPlan
-from edgekit.pipeline.build import BuildOptions, build
-from edgekit.transport.address import parse_address, safe_name
+from edgekit.config.address import parse_address, safe_name
 from edgekit.transport.ssh import Connection, connect
 
 
@@ -63,10 +62,13 @@ class UpdateOptions:
 
 
 Progress = Callable[[dict], None]
+# target profile → the recipe's bundle built for it (the application layer builds)
+BuildFor = Callable[[str], Bundle]
 
 
-def update(options: UpdateOptions, on_event: Progress | None = None) -> FleetResult:
-    """Plan the rollout (builds included), journal the plan, then run it."""
+def update(options: UpdateOptions, build_for: BuildFor,
+           on_event: Progress | None = None) -> FleetResult:
+    """Plan the rollout (one `build_for` per target profile), journal the plan, then run it."""
     fleet = load_fleet(options.fleet).select(options.limit)
     recipe = load_recipe(options.recipe)
     try:
@@ -79,7 +81,7 @@ def update(options: UpdateOptions, on_event: Progress | None = None) -> FleetRes
     directory = jr.rollouts_dir() / rollout_id
     directory.mkdir(parents=True)
     try:
-        bundles, releases = _build_per_target(options, fleet, directory, on_event)
+        bundles, releases = _build_per_target(build_for, fleet, directory, on_event)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)   # nothing was planned: leave no trace
         raise
@@ -118,7 +120,7 @@ def rollout_result(rollout_id: str | None = None) -> FleetResult:
     return jr.result_of(jr.load_plan(directory), jr.replay(jr.read_events(directory)), directory)
 
 
-def _build_per_target(options: UpdateOptions, fleet: Fleet, directory: Path,
+def _build_per_target(build_for: BuildFor, fleet: Fleet, directory: Path,
                       on_event: Progress | None) -> tuple[dict[str, str], dict[str, str]]:
     """One build per target profile in the fleet, copied into the rollout (a later build to
     the same output folder must not change what a resume deploys)."""
@@ -126,10 +128,9 @@ def _build_per_target(options: UpdateOptions, fleet: Fleet, directory: Path,
     for index, target in enumerate(dict.fromkeys(d.target for d in fleet.devices)):
         if on_event:
             on_event({"event": "build", "target": target})
-        built = build(BuildOptions(recipe=options.recipe, target=target,
-                                   use_cache=options.use_cache))
+        built = build_for(target)
         copy = directory / "bundles" / f"{index}-{safe_name(Path(target).stem, 'target')}"
-        shutil.copytree(built.bundle.path, copy)
+        shutil.copytree(built.path, copy)
         bundles[target] = str(copy)
         releases[target] = release_id(load_bundle(copy))
     return bundles, releases

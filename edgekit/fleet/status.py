@@ -14,7 +14,7 @@ from edgekit.device import layout
 from edgekit.device.bench import remote_manifest
 from edgekit.device.releases import current_release
 from edgekit.errors import EdgekitError
-from edgekit.transport.address import parse_address, safe_name
+from edgekit.config.address import parse_address, safe_name
 from edgekit.transport.ssh import Connection, connect
 
 VALIDATION_EVENTS = ("validated", "rejected")

@@ -25,7 +25,7 @@ from edgekit.config.paths import edgekit_home, known_hosts_path
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
 from edgekit.lab.rootfs import LabSetupError, ensure_rootfs
 from edgekit.toolchain.runner import run_tool
-from edgekit.transport.address import parse_address
+from edgekit.config.address import parse_address
 from edgekit.transport.ssh import pin_host_key
 
 PORT = 2222

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pydantic
 
-from edgekit.config.recipe import Validation
+from edgekit.config.recipe import Hooks, Validation
 from edgekit.config.schema_base import Frozen
 from edgekit.errors import BundleError
 
@@ -127,6 +127,7 @@ class Manifest(Frozen):
     lowering: LoweringRecord
     tuning: TuningNote | None = None
     quantization: QuantizationNote | None = None
+    hooks: Hooks | None = None        # the recipe's, so a prebuilt bundle deploys like its recipe
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")
 

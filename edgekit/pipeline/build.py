@@ -27,7 +27,7 @@ from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quanti
 from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
-from edgekit.quantize.stage import quantize_model
+from edgekit.pipeline.quantize.stage import quantize_model
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.versions import toolchain_versions
@@ -54,14 +54,30 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Steering:
+    """What earlier runs learned about this model on this target: `edgekit tune`'s choice and
+    the lowering `edgekit check` found to build. An explicit input of the build: it enters the
+    cache key (through the variant's flags and the lowering order) and the manifest."""
+
+    tuning: TuningNote | None = None
+    first_lowering: tuple[str, str] | None = None   # (lowering, why) tried first by `auto`
+
+
+# (model digest, target) → what steers the build; the application layer supplies it, reading
+# the tuning records and check verdicts (the pipeline itself reads no side files).
+Steer = Callable[[str, Target], Steering]
+
+
+@dataclass(frozen=True)
 class BuildOptions:
     recipe: Path
     target: str
     out: Path | None = None         # default: build/<app>-<target>
     use_cache: bool = True
     tar: bool = False               # also write <out>.tar
-    use_tuned: bool = True          # apply `edgekit tune`'s choice for this model and target
+    use_tuned: bool = True          # apply the steering's tuning choice (if `steer` is given)
     variant: Variant | None = None  # build this lowering + flag set instead (tune's candidates)
+    steer: Steer | None = None      # what earlier tune/check runs learned (see Steering)
     quantize: str | None = None     # "none" or a mode: overrides the recipe's `quantize:` mode
 
 
@@ -81,6 +97,7 @@ class BuildContext:
     workdir: Path
     bundle_dir: Path
     reproducer_dir: Path
+    first_lowering: tuple[str, str] | None = None
 
 
 FRONT: tuple[Stage[BuildContext], ...] = (
@@ -98,7 +115,7 @@ BACK: tuple[Stage[BuildContext], ...] = (
     Stage("lower+compile", ImportedModule, CompiledModule,
           lambda ctx, imported: lower_and_compile(imported, ctx.target, ctx.recipe.lowering,
                                                   ctx.recipe.compile.flags, ctx.workdir,
-                                                  ctx.reproducer_dir)),
+                                                  ctx.reproducer_dir, ctx.first_lowering)),
     Stage("check quantization", CompiledModule, CompiledModule,
           lambda ctx, compiled: check_quantized(compiled, ctx.target)),
     Stage("package", CompiledModule, Bundle,
@@ -122,16 +139,17 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         ctx = BuildContext(recipe, target, workdir, workdir / "bundle",
                            reproducer_dir=out.parent / f"{out.name}.repro")
         exported = run_plan(FRONT, ctx, recipe, timings, on_stage)
+        steering = options.steer(exported.digest, target) if options.steer else Steering()
         variant, tuning = options.variant, None
-        if variant is None and options.use_tuned and recipe.lowering == "auto":
-            from edgekit.pipeline.tune import tuned_choice
-            tuning = tuned_choice(exported.digest, target)
-            if tuning is not None:
-                variant = Variant(tuning.lowering, tuning.flag_set, tuning.flags)
+        if variant is None and options.use_tuned and recipe.lowering == "auto" and \
+                steering.tuning is not None:
+            tuning = steering.tuning
+            variant = Variant(tuning.lowering, tuning.flag_set, tuning.flags)
         if variant is not None:
             recipe = variant.applied_to(recipe)
-            ctx = dataclasses.replace(ctx, recipe=recipe)
-        key = build_key(recipe, target, exported)
+        first = steering.first_lowering if recipe.lowering == "auto" else None
+        ctx = dataclasses.replace(ctx, recipe=recipe, first_lowering=first)
+        key = build_key(recipe, target, exported, first)
         cache = BuildCache()
         entry = cache.lookup(key) if options.use_cache else None
         cached = entry is not None
@@ -182,9 +200,11 @@ def _onnx_variant(recipe: Recipe, mode: str) -> Recipe:
                            "make a QDQ model with onnxruntime's quantize_static")
 
 
-def build_key(recipe: Recipe, target: Target, exported: ExportedModel) -> str:
+def build_key(recipe: Recipe, target: Target, exported: ExportedModel,
+              first_lowering: tuple[str, str] | None = None) -> str:
     """Everything that decides the bundle's bytes (not its creation time)."""
     return cache_key({
+        "first_lowering": list(first_lowering) if first_lowering else None,
         "model": exported.digest,
         "quantization": (exported.quantization.model_dump(mode="json")
                          if exported.quantization else None),

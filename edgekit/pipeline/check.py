@@ -100,7 +100,7 @@ def check_op(name: str, count: int, make_module, target: Target, repro_root: Pat
 
 def check_onnx(model, model_path: str, target: Target, repro_root: Path) -> CheckReport:
     from edgekit.errors import QuantizationError
-    from edgekit.quantize.onnx_qdq import qdq_summary
+    from edgekit.pipeline.quantize.onnx_qdq import qdq_summary
     report = CheckReport(model=model_path, kind="onnx", target=target.name)
     first: dict[str, object] = {}
     counts = Counter()

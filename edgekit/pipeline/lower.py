@@ -71,19 +71,18 @@ def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModu
 
 def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
                       extra_flags: tuple[str, ...], workdir: Path,
-                      reproducer_dir: Path) -> CompiledModule:
+                      reproducer_dir: Path,
+                      first: tuple[str, str] | None = None) -> CompiledModule:
     """Lower and compile with the requested lowering ('auto': the profile's order, falling
-    back on failure); `extra_flags` come after the profile's flags."""
+    back on failure, with `first` = (lowering, why) tried first); `extra_flags` come after the
+    profile's flags."""
     attempts: list[LoweringAttempt] = []
     quantization = imported.exported.quantization
     mode = quantization.mode if quantization else None
     order, note = lowering_order(requested, target, mode), ""
-    if requested == "auto" and mode != "int8":
-        from edgekit.pipeline.check import learned_lowering
-        learned = learned_lowering(imported.exported.digest, target)
-        if learned:
-            order = (learned[0], *(lw for lw in order if lw != learned[0]))
-            note = learned[1]
+    if first is not None and requested == "auto" and mode != "int8":
+        order = (first[0], *(lw for lw in order if lw != first[0]))
+        note = first[1]
     onnx_source = imported.onnx_form is not None
     for lowering in order:
         try:

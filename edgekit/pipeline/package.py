@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.config.recipe import Recipe, Validation
+from edgekit.config.recipe import Hooks, Recipe, Validation
 from edgekit.config.profiles import Target
 from edgekit.models.bundle import (MODULE, Bundle, Manifest, QuantizationNote, sha256_file,
                                    write_manifest)
@@ -26,13 +26,16 @@ class BundleIdentity:
     model_source: str
     recipe_digest: str
     tolerances: Validation
+    hooks: Hooks | None = None
 
     @classmethod
     def of(cls, recipe: Recipe, quantization: QuantizationNote | None = None
            ) -> "BundleIdentity":
         return cls(app=recipe.name, model_source=recipe.source,
                    recipe_digest=sha256_file(recipe.path),
-                   tolerances=_tolerances(recipe, quantization))
+                   tolerances=_tolerances(recipe, quantization),
+                   hooks=recipe.hooks if recipe.hooks.after_activate or recipe.hooks.health
+                   else None)
 
 
 # An int8 module can differ from its quantized reference model where a requantization rounds the
@@ -80,6 +83,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         tolerances=identity.tolerances,
         lowering=compiled.lowering,
         quantization=compiled.quantization,
+        hooks=identity.hooks,
         toolchain=toolchain_versions(),
         files=files,
     )

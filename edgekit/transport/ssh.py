@@ -27,7 +27,7 @@ import paramiko
 from edgekit.config.paths import known_hosts_path
 from edgekit.errors import (AuthFailed, DeviceUnreachable, HostKeyChanged, HostKeyUnknown,
                             RemoteCommandFailed)
-from edgekit.transport.address import DeviceAddress
+from edgekit.config.address import DeviceAddress
 
 CONNECT_TIMEOUT_S = 15.0    # TCP connect, SSH banner and auth each (emulated devices are slow)
 CONNECT_ATTEMPTS = 3        # only for "unreachable"; key and auth failures are not retried

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from edgekit.device.deploy import DeployOptions, deploy
+from edgekit.api.deploy import DeployOptions, deploy
 from tests.integration.helpers import edgekit
 
 MATMUL = 'name: mm\nmodel:\n  python: "@TINY@:matmul_stack"\n'

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.config.devices import resolve_device
-from edgekit.device.deploy import DeployOptions, deploy
+from edgekit.api.deploy import DeployOptions, deploy
 from edgekit.errors import ConfigError, DeviceIncompatible, ValidationFailed
 from edgekit.transport.ssh import connect
 from tests.integration.helpers import edgekit

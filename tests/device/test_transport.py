@@ -8,7 +8,7 @@ import pytest
 from edgekit.config.devices import resolve_device
 from edgekit.config.paths import known_hosts_path
 from edgekit.errors import AuthFailed, DeviceUnreachable, HostKeyChanged, HostKeyUnknown
-from edgekit.transport.address import parse_address
+from edgekit.config.address import parse_address
 from edgekit.transport.ssh import connect
 from tests.integration.helpers import edgekit
 

@@ -9,7 +9,7 @@ from edgekit.config.recipe import load_recipe
 from edgekit.errors import QuantizationError
 from edgekit.pipeline.export import export_model
 from edgekit.pipeline.load import load_model
-from edgekit.quantize.stage import quantize_model
+from edgekit.pipeline.quantize.stage import quantize_model
 from tests.integration.helpers import edgekit
 
 MODELS = "edgekit.examples.models"

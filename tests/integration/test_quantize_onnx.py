@@ -7,7 +7,7 @@ import pytest
 
 from edgekit import BuildOptions, build, validate_local
 from edgekit.examples.onnx_quantized import export_quantized
-from edgekit.pipeline.compare_quantization import compare_quantization
+from edgekit.api.compare_quantization import compare_quantization
 from tests.integration.helpers import edgekit
 
 

@@ -6,7 +6,7 @@ from edgekit.device.probe import DeviceInfo, parse_probe
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import LoweringRecord, Manifest
 from edgekit.config.recipe import Validation
-from edgekit.transport.address import parse_address, safe_name
+from edgekit.config.address import parse_address, safe_name
 
 PI4_HWCAP = 0b11  # fp + asimd
 

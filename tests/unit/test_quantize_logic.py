@@ -3,7 +3,7 @@
 import torch
 
 from edgekit.pipeline.lower import _census
-from edgekit.quantize.fp16 import Fp16Contractions
+from edgekit.pipeline.quantize.fp16 import Fp16Contractions
 from edgekit.toolchain.iree import contraction_element_types
 
 # global-optimization output, one op per line; R/P stand for the iterator types

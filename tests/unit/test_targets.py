@@ -91,7 +91,7 @@ def test_a_misspelled_profile_key_points_at_its_line(tmp_path):
 
 
 def test_tune_candidates_are_lowering_by_flag_set_with_the_default_first():
-    from edgekit.pipeline.tune import candidate_variants
+    from edgekit.tune.tuner import candidate_variants
     host = load_target("host")
     variants = candidate_variants(host, ("tosa", "linalg"), None)
     assert [v.name for v in variants[:2]] == ["tosa/default", "tosa/data-tiling"]
@@ -111,7 +111,7 @@ def test_a_tune_flag_set_with_a_non_flag_is_refused_with_its_line(tmp_path):
 
 
 def test_tune_keeps_the_untuned_build_unless_a_variant_is_clearly_faster():
-    from edgekit.pipeline.tune import CandidateResult, choose, clearly_faster
+    from edgekit.tune.tuner import CandidateResult, choose, clearly_faster
 
     def result(p50, rounds, flag_set="x"):
         return CandidateResult(lowering="tosa", flag_set=flag_set, flags=(), threads=1,

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.device.deploy import DeployOptions, DeployResult, deploy
+from edgekit.api.deploy import DeployOptions, DeployResult, deploy
 from edgekit.lab import devices as lab
 
-EXAMPLE_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+EXAMPLE_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 DEFAULT_RECIPE = EXAMPLE_RECIPES / "mobilenet_v2.yaml"
 DEFAULT_TARGET = {"x86_64": "host", "aarch64": "rpi4"}
 

@@ -25,8 +25,8 @@ from edgekit.config.recipe import Recipe
 from edgekit.errors import ModelLoadError, QuantizationError
 from edgekit.models.bundle import QuantizationNote
 from edgekit.pipeline.export import ExportedModel, dynamic_shapes, program_digest
-from edgekit.quantize.accuracy import accuracy_report, check_floor
-from edgekit.quantize.samples import as_batches, calibration_samples, held_out_samples
+from edgekit.pipeline.quantize.accuracy import accuracy_report, check_floor
+from edgekit.pipeline.quantize.samples import as_batches, calibration_samples, held_out_samples
 
 Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
 
@@ -34,7 +34,7 @@ Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
 def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
     quantize = recipe.quantize
     if not isinstance(exported.program, torch.export.ExportedProgram):
-        from edgekit.quantize.onnx_qdq import quantized_onnx
+        from edgekit.pipeline.quantize.onnx_qdq import quantized_onnx
         return quantized_onnx(recipe, exported)
     if quantize is None:
         return exported
@@ -42,7 +42,7 @@ def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
     names = [o.name for o in exported.outputs]
     held_out, source = held_out_samples(recipe, exported.inputs)
     if quantize.mode == "fp16":
-        from edgekit.quantize.fp16 import Fp16Contractions
+        from edgekit.pipeline.quantize.fp16 import Fp16Contractions
         reference = _runner(exported.program.module(), Fp16Contractions)
         program, digest, note = exported.program, exported.digest, {}
     else:
@@ -50,7 +50,7 @@ def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
         calibration = [] if weights_only else calibration_samples(recipe, exported.inputs)
         # weight observers see the weights on any forward pass: one golden sample will do
         observed = calibration or [exported.samples]
-        from edgekit.quantize.int8 import quantize_graph, quantized_contractions
+        from edgekit.pipeline.quantize.int8 import quantize_graph, quantized_contractions
         try:
             graph = quantize_graph(exported.program.module(), as_batches(observed),
                                    per_channel=quantize.weights == "per-channel",

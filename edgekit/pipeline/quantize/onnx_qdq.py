@@ -99,7 +99,7 @@ def quantized_onnx(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
     report = None
     if quantize is not None and quantize.float_model:
         report = _accuracy_vs_float(recipe, exported)
-        from edgekit.quantize.accuracy import check_floor
+        from edgekit.pipeline.quantize.accuracy import check_floor
         check_floor(report, quantize.min_cosine, "int8", where=f"{recipe.path} (quantize)")
     note = QuantizationNote(
         mode="int8", weights=summary.weights, quantized_ops=summary.quantized,
@@ -111,8 +111,8 @@ def quantized_onnx(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
 
 def _accuracy_vs_float(recipe: Recipe, exported: ExportedModel):
     from edgekit.pipeline.onnx_source import load_onnx, onnx_inputs, onnxruntime_runner
-    from edgekit.quantize.accuracy import accuracy_report
-    from edgekit.quantize.samples import held_out_samples
+    from edgekit.pipeline.quantize.accuracy import accuracy_report
+    from edgekit.pipeline.quantize.samples import held_out_samples
     path = recipe.resolve(recipe.quantize.float_model)
     float_model = load_onnx(path)
     names = tuple(s.name for s in exported.inputs)

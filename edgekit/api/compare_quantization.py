@@ -18,8 +18,9 @@ from edgekit.config.profiles import load_target
 from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle, QuantizationNote
-from edgekit.pipeline.build import BuildOptions, build, default_out
-from edgekit.pipeline.tune import bench_local, runs_here
+from edgekit.api.build import BuildOptions, build
+from edgekit.pipeline.build import default_out
+from edgekit.tune.tuner import bench_local, runs_here
 
 MODES = ("none", "int8", "int8-weights", "fp16")
 

@@ -1,0 +1,52 @@
+"""`edgekit deploy`: a prebuilt bundle (directory or .tar), or a recipe built for a target
+first, shipped to one device through the device layer's checked order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.api.build import BuildOptions, build
+from edgekit.config.devices import resolve_device
+from edgekit.device.deploy import DeployResult, deploy_bundle
+from edgekit.errors import ConfigError
+from edgekit.models.bundle import load_bundle
+from edgekit.transport.ssh import connect
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    host: str                       # registered device name or user@host[:port]
+    bundle: Path | None = None      # a built bundle directory or .tar: no recipe, no compiler
+    recipe: Path | None = None      # or build this recipe for `target` first
+    target: str | None = None
+    identity: Path | None = None
+    keep: int = 3                   # releases kept on the device (current included)
+    use_cache: bool = True
+
+
+def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
+    """Ship a bundle to the device, validate it there, then activate it. The recipe's hooks
+    (recorded in the bundle's manifest) run after activation."""
+    if (options.bundle is None) == (options.recipe is None):
+        raise ConfigError("give a bundle, or a recipe with --target (not both)", key="deploy",
+                          hint="edgekit deploy build/kws-mlp-rpi4 --host H, or "
+                               "edgekit deploy --recipe R --target T --host H")
+    if options.recipe is not None and not options.target:
+        raise ConfigError("--recipe needs --target (the profile to build for)", key="target",
+                          hint="edgekit targets list")
+    address, identity = resolve_device(options.host, options.identity)
+    if options.bundle is not None:
+        bundle = load_bundle(options.bundle)
+    else:
+        if on_stage:
+            on_stage("build")
+        bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
+                                    use_cache=options.use_cache)).bundle
+    with connect(address, identity) as conn:
+        return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
+                             hooks=bundle.manifest.hooks)
+
+
+__all__ = ["DeployOptions", "DeployResult", "deploy"]
