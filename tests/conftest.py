@@ -11,6 +11,21 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
                       str(Path.home() / ".cache" / "edgekit" / "lab" / "rootfs-arm64-bookworm"))
 
 
+# Test tiers, by folder: `pytest -m unit` (pure logic and shims, under a minute), `local`
+# (device code on the local transport, real shims, seconds), `integration` (real torch-mlir and
+# IREE on tiny models), `device` (real sshd lab devices, arm64 under qemu).
+TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
+         "device": "device"}
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0]
+        if folder in TIERS:
+            item.add_marker(TIERS[folder])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_edgekit_state(tmp_path_factory):
     """The whole session uses its own build cache, pinned keys and device registry, never the
