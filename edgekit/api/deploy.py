@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.api.build import BuildOptions, build
 from edgekit.config.devices import resolve_device
 from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import ConfigError
@@ -40,6 +39,8 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if options.bundle is not None:
         bundle = load_bundle(options.bundle)
     else:
+        # imported here: a prebuilt bundle deploys without torch or the compiler installed
+        from edgekit.api.build import BuildOptions, build
         if on_stage:
             on_stage("build")
         bundle = build(BuildOptions(recipe=options.recipe, target=options.target,

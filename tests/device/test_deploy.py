@@ -1,6 +1,8 @@
 """Deploys to real lab devices: OpenSSH on 127.0.0.x, arm64 under qemu, llvmpipe Vulkan."""
 
 import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -186,3 +188,41 @@ def test_quantization_variants_validate_and_time_on_the_device_leaving_it_as_it_
     # the deployed int8 release is still current and the trial added nothing that stayed
     assert current_of(arm_device, "cnn-q8") == release
     assert releases_on(arm_device, "cnn-q8") == {release}
+
+
+def test_a_prebuilt_bundle_deploys_without_its_recipe_or_the_compiler(write_recipe, x86_device,
+                                                                       tmp_path):
+    recipe = write_recipe(TINY_RECIPE.format(name="prebuilt", factory="linear_softmax")
+                          + "hooks:\n  after_activate: 'echo $EDGEKIT_RELEASE > ~/prebuilt-hook'\n")
+    built = edgekit("build", "--recipe", str(recipe), "--target", "host",
+                    "--out", str(tmp_path / "b"), "--tar")
+    assert built.returncode == 0, built.stderr
+    recipe.unlink()
+    # The deploying machine has no torch, torch-mlir, compiler or onnx: importing one fails.
+    no_toolchain = ("import sys\n"
+                    "for m in ('torch', 'torch_mlir', 'iree.compiler', 'onnx', 'onnxruntime'):\n"
+                    "    sys.modules[m] = None\n"
+                    "from edgekit.cli.main import main\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", no_toolchain, "deploy", str(tmp_path / "b.tar"),
+                           "--host", x86_device.name, "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["report"]["ok"] and result["activated"]
+    assert current_of(x86_device, "prebuilt") == result["release"]
+    # the recipe's hook travelled in the bundle's manifest
+    hook_output = device_file(x86_device, "prebuilt-hook")
+    assert hook_output.read_text().strip() == result["release"]
+
+
+def test_deploy_takes_a_bundle_or_a_recipe_and_target_but_not_both(write_recipe, x86_device):
+    recipe = write_recipe(TINY_RECIPE.format(name="either", factory="linear_softmax"))
+    both = edgekit("deploy", "build/x", "--recipe", str(recipe), "--target", "host",
+                   "--host", x86_device.name)
+    assert both.returncode == 2 and "not both" in both.stderr
+    no_target = edgekit("deploy", "--recipe", str(recipe), "--host", x86_device.name)
+    assert no_target.returncode == 2 and "--target" in no_target.stderr
+
+
+def device_file(device, name: str) -> Path:
+    return device.host_path(f"{device.home}/{name}")
