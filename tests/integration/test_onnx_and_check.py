@@ -121,9 +121,13 @@ def test_dynamic_onnx_inputs_must_be_declared(write_recipe, tmp_path):
 
 def test_auto_lowering_starts_with_what_check_learned(write_recipe, tmp_path):
     acos_graph(tmp_path / "learned.onnx")
-    assert edgekit("check", str(tmp_path / "learned.onnx"), cwd=tmp_path).returncode == 0
     recipe = write_recipe("name: learned\nmodel:\n  onnx: learned.onnx\n")
-    lowering = build(BuildOptions(recipe=recipe, target="host", use_cache=False)
-                     ).bundle.manifest.lowering
+    before = build(BuildOptions(recipe=recipe, target="host")).bundle.manifest.lowering
+    assert [a.lowering for a in before.attempts] == ["tosa", "linalg"]
+    assert edgekit("check", str(tmp_path / "learned.onnx"), cwd=tmp_path).returncode == 0
+    # the verdict is an input of the build: the cached build made without it is not reused
+    after = build(BuildOptions(recipe=recipe, target="host"))
+    assert not after.cached
+    lowering = after.bundle.manifest.lowering
     assert lowering.used == "linalg" and [a.lowering for a in lowering.attempts] == ["linalg"]
     assert "edgekit check chose linalg" in lowering.note and "Acos" in lowering.note
