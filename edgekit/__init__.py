@@ -7,14 +7,39 @@ Every CLI command is a Python function here::
     report = validate_local(result.bundle.path)
 """
 
-from edgekit.config.recipe import Recipe, load_recipe
-from edgekit.config.profiles import Target, available_targets, load_target
-from edgekit.errors import EdgekitError
-from edgekit.models.bundle import Bundle, load_bundle
-from edgekit.api.build import BuildOptions, BuildResult, build
-from edgekit.validate.local import validate_local
+from __future__ import annotations
 
-__all__ = [
-    "Bundle", "BuildOptions", "BuildResult", "EdgekitError", "Recipe", "Target",
-    "available_targets", "build", "load_bundle", "load_recipe", "load_target", "validate_local",
-]
+import importlib
+
+# name → the module that defines it. Imported on first use: `import edgekit` (and so every CLI
+# command, `edgekit --help` included) must not pay for torch, torch-mlir and IREE up front.
+_EXPORTS: dict[str, str] = {
+    "Bundle": "edgekit.models.bundle",
+    "BuildOptions": "edgekit.api.build",
+    "BuildResult": "edgekit.api.build",
+    "EdgekitError": "edgekit.errors",
+    "Recipe": "edgekit.config.recipe",
+    "Target": "edgekit.config.profiles",
+    "available_targets": "edgekit.config.profiles",
+    "build": "edgekit.api.build",
+    "load_bundle": "edgekit.models.bundle",
+    "load_recipe": "edgekit.config.recipe",
+    "load_target": "edgekit.config.profiles",
+    "validate_local": "edgekit.validate.local",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+

@@ -1,9 +1,11 @@
 """The one error root of edgekit.
 
 Every failure a user can cause or meet is an :class:`EdgekitError` carrying *what* failed,
-*where* (file:line, stage, op, device) and a *hint*. The CLI maps the class to an exit code in
-one place (:data:`EXIT_CODES` via :func:`exit_code_for`), so no command decides exit codes.
-This module imports nothing from edgekit.
+*where* (file:line, stage, op, device) and a *hint*. Each class carries its exit code, and this
+module is the only place exit codes are written: the CLI exits with the code of the error it
+caught (any other exception exits with :class:`EdgekitError`'s 1), and README.md's "Exit codes"
+lists :data:`EXIT_CODES` (a unit test keeps the two equal). This module imports nothing from
+edgekit.
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ class LoweringError(EdgekitError):
         self.reproducer = reproducer
 
 
+class NotBuildable(EdgekitError):
+    """`edgekit check` found operators that no lowering path gets through for the target: the
+    build would fail with a :class:`LoweringError`, hence its exit code."""
+
+    exit_code = 4
+
+
 class QuantizationError(EdgekitError):
     """A quantized build that does not deliver what it claims: accuracy below the recipe's
     floor, or an int8 module whose contractions compute in floating point."""
@@ -113,6 +122,13 @@ class ValidationFailed(EdgekitError):
     def __init__(self, what: str, *, report, hint: str | None = None):
         super().__init__(what, hint=hint)
         self.report = report
+
+
+class BenchRegression(EdgekitError):
+    """`edgekit bench compare` found a result slower than its baseline beyond the measured
+    noise."""
+
+    exit_code = 9
 
 
 class DeviceError(EdgekitError):
@@ -192,11 +208,18 @@ class RolloutHalted(EdgekitError):
         self.result = result
 
 
+class LabSetupError(EdgekitError):
+    """A lab device could not be set up: not root, or sshd, qemu or debootstrap missing."""
+
+    exit_code = 20
+
+
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
-    for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, QuantizationError,
-                ToolError,
-                BundleError, CannotRunHere, ValidationFailed, DeviceUnreachable, AuthFailed,
-                HostKeyUnknown, HostKeyChanged, DeviceIncompatible, RemoteCommandFailed,
-                HealthGateFailed, RolloutHalted)
+    for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, NotBuildable,
+                QuantizationError, ToolError,
+                BundleError, CannotRunHere, ValidationFailed, BenchRegression, DeviceError,
+                DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
+                RemoteCommandFailed, HealthGateFailed, RolloutHalted, LabSetupError)
 }
+"""Every exit code the CLI gives besides 0 (ok), by error class name."""

@@ -8,10 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.config.resources import recipes_dir
 from edgekit.api.deploy import DeployOptions, DeployResult, deploy
 from edgekit.lab import devices as lab
 
-EXAMPLE_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+EXAMPLE_RECIPES = recipes_dir()
 DEFAULT_RECIPE = EXAMPLE_RECIPES / "mobilenet_v2.yaml"
 DEFAULT_TARGET = {"x86_64": "host", "aarch64": "rpi4"}
 

@@ -71,7 +71,7 @@ def _show(result, as_json: bool, html: Path | None) -> None:
 
 
 def _finish(result, as_json: bool, html: Path | None) -> None:
-    """Show the result; a halted or interrupted rollout exits 17."""
+    """Show the result; a halted or interrupted rollout is a RolloutHalted."""
     from edgekit.errors import RolloutHalted
     _show(result, as_json, html)
     if result.status == "halted":

@@ -1,19 +1,17 @@
 """The `edgekit` command. Each command parses, calls one edgekit function and renders.
 
-Exit codes (decided here only, from the error's class — see edgekit.errors):
-0 ok · 1 other edgekit error · 2 bad recipe/profile/option · 3 model load/export ·
-4 lowering/compile · 5 external tool · 6 bad bundle · 7 cannot run here ·
-8 validation failed · 9 benchmark regression · 10 device unreachable · 11 auth refused ·
-12 host key unknown · 13 host key changed · 14 device cannot run the bundle ·
-15 remote command failed · 16 health gate failed (latency, hooks) ·
-17 fleet rollout halted or interrupted · 20 lab setup
+Exit codes come from the class of the error a command raised (edgekit.errors, listed in
+README.md's "Exit codes"); no command exits with a number of its own.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
+import os
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -21,11 +19,17 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.errors import EdgekitError, LoweringError, ValidationFailed
+from edgekit.errors import BenchRegression, EdgekitError, LoweringError, NotBuildable, \
+    ValidationFailed
 
 
 def handle_errors(fn):
-    """Turn edgekit errors into a message and exit code; no tracebacks for user errors."""
+    """Turn a command's exception into a message and the exit code of its class.
+
+    An edgekit error is its message (what, where, hint). Any other exception is a bug or an
+    unforeseen environment: one line, with the traceback written to a log file. `--debug` (or
+    EDGEKIT_DEBUG=1) prints the traceback in both cases.
+    """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         warnings.filterwarnings("ignore", category=FutureWarning)
@@ -36,13 +40,61 @@ def handle_errors(fn):
             render.err.print("[red]error:[/] " + escape(str(exc)), highlight=False, soft_wrap=True)
             if isinstance(exc, LoweringError) and exc.reproducer:
                     render.err.print(f"  reproducer: {escape(exc.reproducer)}", highlight=False)
+            if _debug():
+                _print_traceback(exc)
             sys.exit(exc.exit_code)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own: usage errors, --help, a declined confirm
+        except Exception as exc:
+            _report_unexpected(exc)
+            sys.exit(EdgekitError.exit_code)  # "other error"
     return wrapper
+
+
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().params.get("debug"))
+
+
+def _print_traceback(exc: BaseException) -> None:
+    sys.stderr.write("".join(traceback.format_exception(exc)))
+
+
+def _report_unexpected(exc: Exception) -> None:
+    kind = type(exc).__qualname__ if type(exc).__module__ == "builtins" else \
+        f"{type(exc).__module__}.{type(exc).__qualname__}"
+    lines = str(exc).strip().splitlines()
+    render.err.print(f"[red]error:[/] {escape(kind)}" + (f": {escape(lines[0])}" if lines else ""),
+                     highlight=False, soft_wrap=True)
+    if _debug():
+        _print_traceback(exc)
+        return
+    try:
+        log = _write_traceback_log(exc)
+    except OSError as log_exc:
+        render.err.print(f"  (no log file: {escape(str(log_exc))}; the traceback follows)",
+                         highlight=False)
+        _print_traceback(exc)
+        return
+    render.err.print(f"  traceback: {escape(str(log))}\n  rerun with --debug for the traceback",
+                     highlight=False, soft_wrap=True)
+
+
+def _write_traceback_log(exc: Exception) -> Path:
+    from edgekit.config.paths import logs_dir
+    now = datetime.datetime.now()
+    path = logs_dir() / f"edgekit-{now:%Y%m%d-%H%M%S}-{os.getpid()}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = f"{now.isoformat(timespec='seconds')}: {' '.join(sys.argv)}\nPython {sys.version}\n\n"
+    path.write_text(head + "".join(traceback.format_exception(exc)))
+    return path
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="edgekit")
-def cli() -> None:
+@click.option("--debug", is_flag=True, envvar="EDGEKIT_DEBUG",
+              help="print the traceback of an error (env: EDGEKIT_DEBUG=1)")
+def cli(debug: bool) -> None:
     """Take a PyTorch model to edge devices and prove it runs there, correctly and fast."""
 
 
@@ -206,7 +258,8 @@ def check(model: str, target: str, as_json: bool) -> None:
     else:
         render.check_table(report)
     if not report.buildable:
-        sys.exit(4)
+        raise NotBuildable(f"no lowering builds {model} for {target}",
+                           hint="see each operator's first failure and its reproducer")
 
 
 
@@ -546,8 +599,11 @@ def bench_compare(ids: tuple[str, ...], as_json: bool) -> None:
         render.emit_json([c.model_dump(mode="json") for c in comparisons])
     else:
         render.comparison_table(comparisons)
-    if any(c.regression for c in comparisons):
-        sys.exit(9)
+    regressions = [c for c in comparisons if c.regression]
+    if regressions:
+        raise BenchRegression(f"{len(regressions)} of {len(comparisons)} comparison(s) slower "
+                              "beyond the measured noise",
+                              where=", ".join(sorted({f"{c.device} {c.app}" for c in regressions})))
 
 
 @bench.command("history")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.models.report import ValidationReport
-from edgekit.pipeline.build import BuildResult
+if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
+    from edgekit.models.report import ValidationReport
+    from edgekit.pipeline.build import BuildResult
 
 out = Console()
 err = Console(stderr=True)

@@ -1,6 +1,7 @@
 """Where edgekit keeps its state on the host.
 
-$EDGEKIT_HOME (default ~/.config/edgekit): pinned host keys, lab devices and their keys.
+$EDGEKIT_HOME (default ~/.config/edgekit): pinned host keys, lab devices and their keys, logs of
+unexpected errors.
 $EDGEKIT_CACHE_DIR (default ~/.cache/edgekit): builds, runtime tools, the arm64 rootfs.
 """
 
@@ -22,3 +23,8 @@ def cache_root() -> Path:
 
 def known_hosts_path() -> Path:
     return edgekit_home() / "known_hosts"
+
+
+def logs_dir() -> Path:
+    """Tracebacks of unexpected errors, one file each (the CLI prints the path)."""
+    return edgekit_home() / "logs"

@@ -16,13 +16,14 @@ from typing import Literal
 import pydantic
 
 from edgekit.config.edgekit_flags import parse_edgekit_flags
+from edgekit.config.resources import targets_dir
 from edgekit.config.schema_base import Frozen
 from edgekit.config.yamlsrc import YamlDoc, load_yaml, validate
 from edgekit.errors import ConfigError
 
 Lowering = Literal["tosa", "linalg", "torch"]
 LOWERINGS: tuple[str, ...] = ("tosa", "linalg", "torch")
-BUILTIN_TARGETS_DIR = Path(__file__).resolve().parents[2] / "targets"
+BUILTIN_TARGETS_DIR = targets_dir()
 
 
 class CpuSpec(Frozen):

@@ -5,16 +5,15 @@ The probe shim is sent on stdin (`sh -s`), so it works on a device where nothing
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pydantic
 
+from edgekit.config.resources import shims_dir
 from edgekit.config.schema_base import Frozen
 from edgekit.device.layout import ROOT
 from edgekit.errors import DeviceError
 from edgekit.transport.ssh import Connection
 
-SHIMS = Path(__file__).resolve().parents[2] / "runtime_shims"
+SHIMS = shims_dir()
 
 # Linux arm64 AT_HWCAP / AT_HWCAP2 bits (arch/arm64/include/uapi/asm/hwcap.h) for the LLVM
 # features our profiles use.

@@ -23,7 +23,8 @@ from typing import Literal
 from edgekit.config.devices import DeviceEntry, load_registry, save_registry
 from edgekit.config.paths import edgekit_home, known_hosts_path
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
-from edgekit.lab.rootfs import LabSetupError, ensure_rootfs
+from edgekit.errors import LabSetupError
+from edgekit.lab.rootfs import ensure_rootfs
 from edgekit.toolchain.runner import run_tool
 from edgekit.config.address import parse_address
 from edgekit.transport.ssh import pin_host_key

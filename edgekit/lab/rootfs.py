@@ -9,16 +9,12 @@ import shutil
 from pathlib import Path
 
 from edgekit.config.paths import cache_root
-from edgekit.errors import EdgekitError
+from edgekit.errors import LabSetupError
 from edgekit.toolchain.runner import run_tool
 
 SUITE = "bookworm"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 READY_MARK = ".edgekit-rootfs-ready"
-
-
-class LabSetupError(EdgekitError):
-    exit_code = 20
 
 
 def rootfs_path() -> Path:

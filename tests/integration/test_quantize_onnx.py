@@ -116,3 +116,4 @@ def test_check_says_which_path_a_quantized_onnx_model_takes(onnx_models, tmp_pat
     import json
     report = json.loads(qop.stdout)
     assert report["chosen"] is None and "re-export it as QDQ" in report["note"]
+    assert qop.returncode == 4 and "error: no lowering builds" in qop.stderr  # NotBuildable
