@@ -11,7 +11,7 @@ Every name is validated (safe_name) before it becomes part of a path.
 
 from __future__ import annotations
 
-from edgekit.transport.address import safe_name
+from edgekit.config.address import safe_name
 
 ROOT = ".edgekit"
 

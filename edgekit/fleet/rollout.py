@@ -31,7 +31,7 @@ import numpy as np
 from edgekit.config.fleet import Fleet, RolloutPolicy, load_fleet
 from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
-from edgekit.device.bench import bench_round, remote_manifest
+from edgekit.device.bench import RoundConfig, bench_round, remote_manifest
 from edgekit.device.deploy import Gate, deploy_bundle, release_id, restore_release
 from edgekit.device.probe import DeviceInfo
 from edgekit.device.provision import shim_version
@@ -41,8 +41,9 @@ from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
 from edgekit.models.bundle import Bundle, load_bundle
 from edgekit.models.fleet import FleetResult, RolloutPlan
-from edgekit.config.address import parse_address, safe_name
-from edgekit.transport.ssh import Connection, connect
+from edgekit.config.address import safe_name
+from edgekit.transport import open_device
+from edgekit.transport.base import Transport
 
 
 MAX_GATE_SAMPLES = 400     # per round: the benchmark's JSON grows ~0.7 kB per sample
@@ -192,7 +193,8 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
     measured: dict = {}
     try:
         bundle = load_bundle(plan.bundles[device.target])
-        with connect(parse_address(device.address), Path(device.identity)) as conn:
+        identity = Path(device.identity) if device.identity else None
+        with open_device(device.address, identity) as conn:
             if not known:
                 previous = current_release(conn, plan.app)
             journal.write("device-start", device=name, wave=wave, previous=previous)
@@ -225,16 +227,17 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
     a millisecond are timed in batches (the sample is the batch's mean call) — timed one by
     one, a 30 µs call's p90 measures the scheduler, not the model. Devices that share CPUs
     pass a lock in `one_at_a_time`. Fills `measured`."""
-    def gate(conn: Connection, info: DeviceInfo, release: str) -> dict:
+    def gate(conn: Transport, info: DeviceInfo, release: str) -> dict:
         if one_at_a_time is None:
             return measure(conn, info, release)
         with one_at_a_time:
             return measure(conn, info, release)
 
-    def measure(conn: Connection, info: DeviceInfo, release: str) -> dict:
+    def measure(conn: Transport, info: DeviceInfo, release: str) -> dict:
         manifests = {r: remote_manifest(conn, app, r) for r in (baseline, release)}
-        probe_run = bench_round(conn, info.arch, app, baseline, manifests[baseline],
-                                policy.gate_threads, 5, warmup=1, conditions=False)
+        probe_run = bench_round(conn, info.arch, baseline, manifests[baseline],
+                                RoundConfig(repetitions=5, threads=policy.gate_threads,
+                                            warmup=1, conditions=False))
         call_ms = max(float(np.median(probe_run.samples_ms)), 1e-4)
         batch = max(1, math.ceil(1.0 / call_ms))
         per_round = min(MAX_GATE_SAMPLES, max(policy.gate_repetitions // policy.gate_rounds,
@@ -243,9 +246,10 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
         rounds: dict[str, list[list[float]]] = {baseline: [], release: []}
         for _ in range(policy.gate_rounds):
             for r in (baseline, release):
-                run = bench_round(conn, info.arch, app, r, manifests[r], policy.gate_threads,
-                                  per_round, warmup=2, conditions=False,
-                                  calls_per_sample=batch)
+                run = bench_round(conn, info.arch, r, manifests[r],
+                                  RoundConfig(repetitions=per_round, threads=policy.gate_threads,
+                                              warmup=2, conditions=False,
+                                              calls_per_sample=batch))
                 rounds[r].append(run.samples_ms)
         verdict = paired_p90_verdict(rounds[baseline], rounds[release], policy.max_p90_ratio)
         measured.update(verdict, calls_per_sample=batch, samples_per_round=per_round)
@@ -255,7 +259,7 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
                 f"{verdict['p90_before_ms']:.3f} ms for the release it replaces ({baseline}); "
                 f"per-round ratio ×{verdict['ratio']:.2f} > ×{policy.max_p90_ratio} in "
                 f"{verdict['rounds_over']} of {len(rounds[release])} rounds; not activated",
-                where=str(conn.address),
+                where=conn.where,
                 hint="compare with `edgekit bench`; raise rollout.max_p90_ratio if expected")
         return dict(measured)
     return gate
@@ -295,7 +299,8 @@ def _roll_back(plan: RolloutPlan, journal: jr.Journal, state: jr.JournalState) -
 def _restore(plan: RolloutPlan, name: str, previous: str | None, journal: jr.Journal) -> None:
     device = plan.device(name)
     try:
-        with connect(parse_address(device.address), Path(device.identity)) as conn:
+        identity = Path(device.identity) if device.identity else None
+        with open_device(device.address, identity) as conn:
             restore_release(conn, plan.app, previous, layout.shims_dir(shim_version()))
         journal.write("device-rollback", device=name, status="rolled-back", to=previous,
                       reason=f"rolled back to {previous or 'no release'} after the halt")
