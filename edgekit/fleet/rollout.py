@@ -40,6 +40,9 @@ from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
 from edgekit.models.bundle import Bundle, load_bundle
+from edgekit.models.events import (BuildStarted, DeviceDone, DeviceRolledBack, DeviceStarted,
+                                   DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
+                                   RolloutResumed, RolloutStarted, WaveDone, WaveStarted)
 from edgekit.models.fleet import FleetResult, RolloutPlan
 from edgekit.config.address import safe_name
 from edgekit.transport import open_device
@@ -62,7 +65,7 @@ class UpdateOptions:
     use_cache: bool = True
 
 
-Progress = Callable[[dict], None]
+Progress = Callable[[RolloutEvent], None]
 # target profile → the recipe's bundle built for it (the application layer builds)
 BuildFor = Callable[[str], Bundle]
 
@@ -96,7 +99,7 @@ def update(options: UpdateOptions, build_for: BuildFor,
     jr.save_plan(directory, plan)
     with jr.exclusive(directory):
         journal = jr.Journal(directory, on_event)
-        journal.write("start", rollout=rollout_id, waves=[list(w) for w in plan.waves])
+        journal.write(RolloutStarted(rollout=rollout_id, waves=plan.waves))
         return _execute(plan, directory, journal)
 
 
@@ -112,7 +115,7 @@ def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> F
     plan = jr.load_plan(directory)
     with jr.exclusive(directory):
         journal = jr.Journal(directory, on_event)
-        journal.write("resume", rollout=plan.id)
+        journal.write(RolloutResumed(rollout=plan.id))
         return _execute(plan, directory, journal)
 
 
@@ -128,7 +131,7 @@ def _build_per_target(build_for: BuildFor, fleet: Fleet, directory: Path,
     bundles, releases = {}, {}
     for index, target in enumerate(dict.fromkeys(d.target for d in fleet.devices)):
         if on_event:
-            on_event({"event": "build", "target": target})
+            on_event(BuildStarted(target=target))
         built = build_for(target)
         copy = directory / "bundles" / f"{index}-{safe_name(Path(target).stem, 'target')}"
         shutil.copytree(built.path, copy)
@@ -143,13 +146,13 @@ def _execute(plan: RolloutPlan, directory: Path, journal: jr.Journal) -> FleetRe
         try:
             _run_waves(plan, directory, journal, state)
         except KeyboardInterrupt:
-            journal.write("interrupted")
+            journal.write(Interrupted())
             return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
         state = jr.replay(jr.read_events(directory))
     if state.halt is not None:
         _roll_back(plan, journal, state)
     state = jr.replay(jr.read_events(directory))
-    journal.write("finished", status="halted" if state.halt else "completed")
+    journal.write(Finished(status="halted" if state.halt else "completed"))
     return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
 
 
@@ -159,7 +162,7 @@ def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
         if index in state.waves_done:
             continue
         if index not in state.waves_started:
-            journal.write("wave-start", wave=index, devices=list(names))
+            journal.write(WaveStarted(wave=index, devices=names))
         todo = [n for n in names if n not in state.done]
         with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
                                 thread_name_prefix="fleet") as pool:
@@ -174,13 +177,13 @@ def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
         state = jr.replay(jr.read_events(directory))
-        failed = sum(state.done[n]["status"] == "failed" for n in names if n in state.done)
+        failed = sum(state.done[n].status == "failed" for n in names if n in state.done)
         halted = halts(failed, len(names), plan.policy.max_fail)
-        journal.write("wave-done", wave=index, failed=failed, halted=halted)
+        journal.write(WaveDone(wave=index, failed=failed, halted=halted))
         if halted:
-            journal.write("halt", wave=index, rollback=plan.policy.rollback_on_halt,
-                          reason=f"wave {index}: {failed} of {len(names)} device(s) failed, "
-                                 f"more than max_fail={plan.policy.max_fail}")
+            journal.write(Halted(wave=index, rollback=plan.policy.rollback_on_halt,
+                                 reason=f"wave {index}: {failed} of {len(names)} device(s) "
+                                        f"failed, more than max_fail={plan.policy.max_fail}"))
             return
 
 
@@ -197,26 +200,26 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
         with open_device(device.address, identity) as conn:
             if not known:
                 previous = current_release(conn, plan.app)
-            journal.write("device-start", device=name, wave=wave, previous=previous)
+            journal.write(DeviceStarted(device=name, wave=wave, previous=previous))
             gate = None
             if plan.policy.max_p90_ratio and previous and previous != release:
                 gate = latency_gate(plan.policy, plan.app, previous, measured,
                                     one_at_a_time=LAB_CPUS if device.lab else None)
             deploy_bundle(conn, bundle, keep=plan.keep, gate=gate, hooks=plan.hooks,
                           hooks_when_current=True, fallback=previous,
-                          on_stage=lambda step: journal.write("device-step", device=name,
-                                                              step=step))
+                          on_stage=lambda step: journal.write(DeviceStep(device=name,
+                                                                         step=step)))
         status, reason, failure = ("updated" if previous != release else "unchanged"), "", ""
     except Exception as exc:  # noqa: BLE001 — one device's failure must not stop the others
         status, failure = "failed", type(exc).__name__
         reason = (exc.what if isinstance(exc, EdgekitError) else str(exc)) or failure
         if isinstance(exc, EdgekitError) and exc.where and exc.where not in reason:
             reason = f"{reason} ({exc.where})"
-    journal.write("device-done", device=name, wave=wave, status=status, reason=reason,
-                  failure=failure, previous=previous, seconds=round(time.perf_counter() -
-                                                                    started, 2),
-                  p90_before_ms=measured.get("p90_before_ms"),
-                  p90_after_ms=measured.get("p90_after_ms"))
+    journal.write(DeviceDone(device=name, wave=wave, status=status, reason=reason,
+                             failure=failure, previous=previous,
+                             seconds=round(time.perf_counter() - started, 2),
+                             p90_before_ms=measured.get("p90_before_ms"),
+                             p90_after_ms=measured.get("p90_after_ms")))
 
 
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
@@ -282,16 +285,15 @@ def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
 
 
 def _roll_back(plan: RolloutPlan, journal: jr.Journal, state: jr.JournalState) -> None:
-    scope = (state.halt or {}).get("rollback", "none")
-    if scope == "none":
+    if state.halt is None or state.halt.rollback == "none":
         return
-    halted_wave = state.halt["wave"]
+    scope, halted_wave = state.halt.rollback, state.halt.wave
     names = [n for n, done in state.done.items()
-             if done["status"] == "updated" and n not in state.rollbacks
-             and (scope == "all" or done["wave"] == halted_wave)]
+             if done.status == "updated" and n not in state.rollbacks
+             and (scope == "all" or done.wave == halted_wave)]
     with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
                             thread_name_prefix="rollback") as pool:
-        for future in [pool.submit(_restore, plan, n, state.done[n].get("previous"), journal)
+        for future in [pool.submit(_restore, plan, n, state.done[n].previous, journal)
                        for n in names]:
             future.result()
 
@@ -302,8 +304,9 @@ def _restore(plan: RolloutPlan, name: str, previous: str | None, journal: jr.Jou
         identity = Path(device.identity) if device.identity else None
         with open_device(device.address, identity) as conn:
             restore_release(conn, plan.app, previous, layout.shims_dir(shim_version()))
-        journal.write("device-rollback", device=name, status="rolled-back", to=previous,
-                      reason=f"rolled back to {previous or 'no release'} after the halt")
+        journal.write(DeviceRolledBack(
+            device=name, status="rolled-back", to=previous,
+            reason=f"rolled back to {previous or 'no release'} after the halt"))
     except Exception as exc:  # noqa: BLE001 — keep rolling back the others
-        journal.write("device-rollback", device=name, status="rollback-failed", to=previous,
-                      reason=f"rollback failed: {exc}")
+        journal.write(DeviceRolledBack(device=name, status="rollback-failed", to=previous,
+                                       reason=f"rollback failed: {exc}"))
