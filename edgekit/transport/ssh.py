@@ -87,8 +87,9 @@ class Connection:
             out, err = self._drain(channel, timeout, command)
             code = channel.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise DeviceUnreachable(f"connection lost while running a command: "
-                                    f"{exc or type(exc).__name__}", where=self.where) from None
+            reason = str(exc) or type(exc).__name__
+            raise DeviceUnreachable(f"connection lost while running a command: {reason}",
+                                    where=self.where) from None
         if code == -1 and not self._alive():  # the channel closed without an exit status
             raise DeviceUnreachable("connection lost while running a command",
                                     where=self.where)
@@ -186,7 +187,8 @@ class Connection:
                                     f"{SFTP_STALL_S:.0f} s", where=self.where) from None
         except (paramiko.SSHException, EOFError) as exc:
             self._drop_sftp()
-            raise DeviceUnreachable(f"connection lost during {op}: {exc or type(exc).__name__}",
+            reason = str(exc) or type(exc).__name__
+            raise DeviceUnreachable(f"connection lost during {op}: {reason}",
                                     where=self.where) from None
         except OSError as exc:
             if not self._alive():

@@ -66,3 +66,16 @@ def test_a_device_directory_that_is_gone_is_unreachable(tmp_path):
 def test_the_probe_reports_this_machines_facts(make_device):
     info = probe(make_device())
     assert info.arch == os.uname().machine and info.cores >= 1 and info.free_kb > 0
+
+
+def test_both_transports_have_every_operation_of_the_protocol():
+    import inspect
+    from edgekit.transport import Connection, Transport
+    wanted = {name: inspect.signature(member) for name, member in vars(Transport).items()
+              if callable(member) and (not name.startswith("_") or name in ("__enter__",
+                                                                          "__exit__"))}
+    for cls in (Connection, LocalTransport):
+        for name, signature in wanted.items():
+            mine = inspect.signature(getattr(cls, name))
+            assert list(mine.parameters) == list(signature.parameters), (cls, name)
+        assert isinstance(getattr(cls, "where"), property)
