@@ -7,16 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.config.address import local_root
 from edgekit.config.devices import resolve_device
 from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import load_bundle
-from edgekit.transport.ssh import connect
+from edgekit.transport import open_device
 
 
 @dataclass(frozen=True)
 class DeployOptions:
-    host: str                       # registered device name or user@host[:port]
+    host: str                       # registered device name, user@host[:port] or local:DIR
     bundle: Path | None = None      # a built bundle directory or .tar: no recipe, no compiler
     recipe: Path | None = None      # or build this recipe for `target` first
     target: str | None = None
@@ -35,7 +36,8 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if options.recipe is not None and not options.target:
         raise ConfigError("--recipe needs --target (the profile to build for)", key="target",
                           hint="edgekit targets list")
-    address, identity = resolve_device(options.host, options.identity)
+    if local_root(options.host) is None:
+        resolve_device(options.host, options.identity)   # a bad name or key fails before a build
     if options.bundle is not None:
         bundle = load_bundle(options.bundle)
     else:
@@ -45,7 +47,7 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
             on_stage("build")
         bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
                                     use_cache=options.use_cache)).bundle
-    with connect(address, identity) as conn:
+    with open_device(options.host, options.identity) as conn:
         return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
                              hooks=bundle.manifest.hooks)
 

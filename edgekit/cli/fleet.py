@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -38,24 +39,30 @@ def _count(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
-def _progress(event: dict) -> None:
-    kind = event.get("event")
-    if kind == "build":
-        render.err.print(f"building for {escape(event['target'])}…", highlight=False)
-    elif kind in ("start", "resume"):
-        render.err.print(f"{kind} rollout {event['rollout']}", highlight=False)
-    elif kind == "wave-start":
-        render.err.print(f"[bold]wave {event['wave']}[/]: {len(event['devices'])} device(s)",
-                         highlight=False)
-    elif kind == "device-done":
-        colour = {"failed": "red"}.get(event["status"], "green")
-        reason = f" — {escape(event['reason'])}" if event.get("reason") else ""
-        render.err.print(f"  [{colour}]{event['status']}[/] {escape(event['device'])} "
-                         f"({event['seconds']:.1f} s){reason}", highlight=False)
-    elif kind == "halt":
-        render.err.print(f"[red]halted[/]: {escape(event['reason'])}", highlight=False)
-    elif kind == "device-rollback":
-        render.err.print(f"  {event['status']} {escape(event['device'])}", highlight=False)
+def _device_done(e) -> str:
+    colour = {"failed": "red"}.get(e.status, "green")
+    reason = f" — {escape(e.reason)}" if e.reason else ""
+    return f"  [{colour}]{e.status}[/] {escape(e.device)} ({e.seconds:.1f} s){reason}"
+
+
+def _renderers() -> dict[type, Callable]:
+    """Rollout event type → its progress line (events not listed print nothing)."""
+    from edgekit.models import events as ev
+    return {
+        ev.BuildStarted: lambda e: f"building for {escape(e.target)}…",
+        ev.RolloutStarted: lambda e: f"start rollout {e.rollout}",
+        ev.RolloutResumed: lambda e: f"resume rollout {e.rollout}",
+        ev.WaveStarted: lambda e: f"[bold]wave {e.wave}[/]: {len(e.devices)} device(s)",
+        ev.DeviceDone: _device_done,
+        ev.Halted: lambda e: f"[red]halted[/]: {escape(e.reason)}",
+        ev.DeviceRolledBack: lambda e: f"  {e.status} {escape(e.device)}",
+    }
+
+
+def _progress(event) -> None:
+    render_line = _renderers().get(type(event))
+    if render_line is not None:
+        render.err.print(render_line(event), highlight=False)
 
 
 def _show(result, as_json: bool, html: Path | None) -> None:

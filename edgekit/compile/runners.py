@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.config.devices import resolve_device
 from edgekit.device import layout
 from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
-from edgekit.transport.ssh import Connection, connect
+from edgekit.transport import open_device
+from edgekit.transport.base import Transport
 
 log = logging.getLogger("edgekit.compile")
 
@@ -109,14 +109,13 @@ class ToolRunner(Runner):
             return [np.load(p, allow_pickle=False) for p in outputs]
 
 
-_CONNECTIONS: dict[str, Connection] = {}
-_REMOTE_SCRATCH: list[tuple[Connection, str]] = []
+_CONNECTIONS: dict[str, Transport] = {}
+_REMOTE_SCRATCH: list[tuple[Transport, str]] = []
 
 
-def _connection(host: str, identity: str | None) -> Connection:
+def _connection(host: str, identity: str | None) -> Transport:
     if host not in _CONNECTIONS:
-        address, key = resolve_device(host, Path(identity) if identity else None)
-        _CONNECTIONS[host] = connect(address, key)
+        _CONNECTIONS[host] = open_device(host, Path(identity) if identity else None)
     return _CONNECTIONS[host]
 
 
@@ -145,7 +144,7 @@ class RemoteRunner(Runner):
     def __init__(self, bundle: Bundle, host: str, identity: str | None, stats: CallStats):
         self._conn = _connection(host, identity)
         self.deployed: DeployResult = deploy_bundle(self._conn, bundle)
-        super().__init__(stats, f"iree-run-module on {self._conn.address}")
+        super().__init__(stats, f"iree-run-module on {self._conn.where}")
         m = bundle.manifest
         self._manifest = m
         self._release = layout.release_dir(m.app, self.deployed.release)

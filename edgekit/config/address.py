@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgekit.errors import ConfigError
 
@@ -46,6 +47,22 @@ def parse_address(text: str, default_user: str = "root") -> DeviceAddress:
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"invalid port {port!r}", key="host", hint="a number from 1 to 65535")
     return DeviceAddress(user, host, int(port))
+
+
+LOCAL_SCHEME = "local:"
+
+
+def local_root(text: str) -> Path | None:
+    """`local:DIR` (a directory on this machine acting as a device's home) → DIR, as given;
+    None for any other address."""
+    if not text.startswith(LOCAL_SCHEME):
+        return None
+    rest = text.removeprefix(LOCAL_SCHEME)
+    if not rest:
+        raise ConfigError("empty local device directory", key="host",
+                          hint="expected local:/path/to/dir (a directory that acts as the "
+                               "device's home)")
+    return Path(rest).expanduser()
 
 
 def safe_name(value: str, kind: str) -> str:

@@ -15,7 +15,8 @@ edgekit fleet file::
 
 Precedence for a device's settings: its own keys > its groups' defaults (in file order) >
 top-level `defaults`. `host` may also name a device registered with edgekit (e.g. a lab
-device), which brings its address and key.
+device), which brings its address and key, or be `local:DIR`: a directory on this machine
+acting as the device's home (relative to the fleet file; no SSH, no key).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from edgekit.config.recipe import Hooks
 from edgekit.config.schema_base import Frozen
 from edgekit.config.yamlsrc import YamlDoc, load_yaml, validate
 from edgekit.errors import ConfigError
-from edgekit.config.address import parse_address, safe_name
+from edgekit.config.address import (LOCAL_SCHEME, DeviceAddress, local_root, parse_address,
+                                    safe_name)
 
 Count = int | str   # a number of devices or a percentage such as "10%"
 _PERCENT = re.compile(r"^(\d{1,3})%$")
@@ -120,12 +122,12 @@ class FleetDevice(Frozen):
     """One device, every setting resolved."""
 
     name: str
-    address: str             # user@host:port
+    address: str             # user@host:port, or local:DIR
     identity: str
     target: str
     labels: dict[str, str] = {}
     groups: tuple[str, ...] = ()
-    lab: bool = False        # an `edgekit lab` device: its CPUs are this machine's
+    lab: bool = False        # its CPUs are this machine's (an `edgekit lab` or local: device)
 
 
 class Fleet(Frozen):
@@ -200,14 +202,21 @@ def _device(name: str, settings: dict, groups: tuple[str, ...], where: str,
     host = settings.get("host") or name
     registered = load_registry().get(host)
     lab = False
-    if registered and not settings.get("user") and not settings.get("port"):
-        address = parse_address(registered.address)
+    try:
+        local = local_root(host)
+    except ConfigError as exc:
+        raise ConfigError(exc.what, where=where, key=f"devices.{name}.host",
+                          hint=exc.hint) from None
+    if local is not None:  # this machine's directory: its CPUs are this machine's, no key
+        address, identity, lab = f"{LOCAL_SCHEME}{base / local}", "", True
+    elif registered and not settings.get("user") and not settings.get("port"):
+        address = _address_text(parse_address(registered.address))
         identity = settings.get("identity") or registered.identity
         lab = registered.lab
     else:
         try:
-            address = parse_address(f"{settings.get('user') or 'root'}@{host}:"
-                                    f"{settings.get('port') or 22}")
+            address = _address_text(parse_address(f"{settings.get('user') or 'root'}@{host}:"
+                                                   f"{settings.get('port') or 22}"))
         except ConfigError as exc:
             raise ConfigError(exc.what, where=where, key=f"devices.{name}.host",
                               hint=exc.hint) from None
@@ -216,15 +225,18 @@ def _device(name: str, settings: dict, groups: tuple[str, ...], where: str,
         raise ConfigError(f"device '{name}' has no target profile", where=where,
                           key=f"devices.{name}.target",
                           hint="set `target:` on the device, one of its groups or `defaults`")
-    key = Path(identity).expanduser()
-    if not key.is_absolute():
-        key = base / key
+    if identity:
+        key = Path(identity).expanduser()
+        identity = str(key if key.is_absolute() else base / key)
     target = settings["target"]
     if target.endswith((".yaml", ".yml")) and not Path(target).is_absolute():
         target = str(base / target)   # a profile file next to the fleet file
-    return FleetDevice(name=name, address=f"{address.user}@{address.host}:{address.port}",
-                       identity=str(key), target=target,
+    return FleetDevice(name=name, address=address, identity=identity, target=target,
                        labels=dict(settings.get("labels", {})), groups=groups, lab=lab)
+
+
+def _address_text(address: DeviceAddress) -> str:
+    return f"{address.user}@{address.host}:{address.port}"
 
 
 def _default_identity() -> str:

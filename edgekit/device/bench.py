@@ -16,18 +16,18 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.config.devices import resolve_device
 from edgekit.device import layout
 from edgekit.device.deploy import deploy_bundle
 from edgekit.device.probe import SHIMS, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import current_release
-from edgekit.errors import ConfigError, RemoteCommandFailed
+from edgekit.errors import BundleError, ConfigError, RemoteCommandFailed
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
-from edgekit.models.bundle import load_bundle
+from edgekit.models.bundle import MANIFEST, Manifest, load_bundle
 from edgekit.toolchain.versions import package_version
 from edgekit.config.address import safe_name
-from edgekit.transport.ssh import Connection, connect
+from edgekit.transport import open_device
+from edgekit.transport.base import Transport
 
 BUSY_PCT = 30.0               # CPU busy share right before a run above which timings are suspect
 HOT_C = 80.0
@@ -63,27 +63,28 @@ def run_bench(options: BenchOptions,
     results: list[BenchResult] = []
     from edgekit.device.history import store
     for host in options.hosts:
-        address, key = resolve_device(host, options.identity)
-        with connect(address, key) as conn:
+        with open_device(host, options.identity) as conn:
             info = probe(conn)
             if needs_provisioning(info):
                 provision(conn, info)
             release = deploy_bundle(conn, bundle).release if bundle else current_release(conn, app)
             if release is None:
-                raise ConfigError(f"app {app!r} has no current release on {address}", key="app",
+                raise ConfigError(f"app {app!r} has no current release on {conn.where}",
+                                  key="app",
                                   hint="deploy it first, or pass --bundle")
             manifest = remote_manifest(conn, app, release)
-            configs = _thread_configs(options.threads, manifest["runtime_driver"])
+            configs = _thread_configs(options.threads, manifest.runtime_driver)
             per_round = -(-options.repetitions // options.rounds)
             runs: dict[int, list[RoundRun]] = {t: [] for t in configs}
             # rounds interleave the configurations, so drift on the device hits all alike
             for round_index in range(options.rounds):
                 for threads in configs:
                     if on_progress:
-                        on_progress(f"{address}: {threads} thread(s), round {round_index + 1}/"
-                                    f"{options.rounds}", done, total)
-                    runs[threads].append(bench_round(conn, info.arch, app, release, manifest,
-                                                     threads, per_round, options.warmup))
+                        on_progress(f"{conn.where}: {threads} thread(s), round "
+                                    f"{round_index + 1}/{options.rounds}", done, total)
+                    config = RoundConfig(repetitions=per_round, threads=threads,
+                                         warmup=options.warmup)
+                    runs[threads].append(bench_round(conn, info.arch, release, manifest, config))
                     done += 1
             for threads in configs:
                 result = summarize(conn, info.arch, app, release, manifest, threads,
@@ -101,9 +102,19 @@ def _thread_configs(threads: tuple[int, ...], driver: str) -> tuple[int, ...]:
     return (1,) if driver in ("vulkan", "local-sync") else tuple(dict.fromkeys(threads))
 
 
-def remote_manifest(conn: Connection, app: str, release: str) -> dict:
-    with conn.sftp.open(f"{layout.release_dir(app, release)}/manifest.json") as f:
-        return json.loads(f.read())
+def remote_manifest(conn: Transport, app: str, release: str) -> Manifest:
+    """The manifest of a release on the device."""
+    path = f"{layout.release_dir(app, release)}/{MANIFEST}"
+    text = conn.read_text(path)
+    if text is None:
+        raise RemoteCommandFailed(f"release {release} of {app} has no {MANIFEST} on the device",
+                                  where=conn.where, argv=["read", path], returncode=2,
+                                  stderr_tail="")
+    try:
+        return Manifest.model_validate_json(text)
+    except ValueError as exc:
+        raise BundleError(f"the release's {MANIFEST} is malformed: {str(exc).splitlines()[0]}",
+                          where=f"{conn.where}:{path}") from None
 
 
 @dataclass(frozen=True)
@@ -114,38 +125,56 @@ class RoundRun:
     after: Conditions
 
 
-def bench_round(conn: Connection, arch: str, app: str, release: str, manifest: dict,
-                threads: int, repetitions: int, warmup: int,
-                conditions: bool = True, calls_per_sample: int = 1,
-                driver: str | None = None) -> RoundRun:
-    """One benchmark process: `warmup` + `repetitions` samples, each one call (or the mean of
-    `calls_per_sample` calls, for calls too short to time one by one). The device's
-    conditions are read before and after unless `conditions` is False (each read takes
-    half a second of sampling). `driver` runs the release on another runtime driver than its
-    manifest's (the tuner trying local-sync for one thread)."""
+@dataclass(frozen=True)
+class RoundConfig:
+    """How one benchmark process runs: `warmup` + `repetitions` samples on `threads`, each
+    one call (or the mean of `calls_per_sample` calls, for calls too short to time one by
+    one). The device's conditions are read before and after unless `conditions` is False
+    (each read takes half a second of sampling). `driver` runs the release on another runtime
+    driver than its manifest's (the tuner trying local-sync for one thread)."""
+
+    repetitions: int
+    threads: int = 1
+    warmup: int = 5
+    conditions: bool = True
+    calls_per_sample: int = 1
+    driver: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.repetitions < 1 or self.threads < 1 or self.warmup < 0 \
+                or self.calls_per_sample < 1:
+            raise ConfigError(f"invalid benchmark round {self}", key="bench",
+                              hint="need repetitions, threads and calls_per_sample >= 1 and "
+                                   "warmup >= 0")
+
+
+def bench_round(conn: Transport, arch: str, release: str, manifest: Manifest,
+                config: RoundConfig) -> RoundRun:
+    """One benchmark process of `release` (of `manifest`'s app) on the device."""
+    app = safe_name(manifest.app, "app")
     shims = layout.shims_dir(shim_version())
-    runtime = layout.runtime_dir(manifest["compiler_version"], arch)
-    before = read_conditions(conn) if conditions else Conditions()
-    flags = [f"--benchmark_repetitions={repetitions + warmup}",
-             f"--benchmark_min_time={calls_per_sample}x"]
-    driver = driver or manifest["runtime_driver"]
+    runtime = layout.runtime_dir(manifest.compiler_version, arch)
+    before = read_conditions(conn) if config.conditions else Conditions()
+    flags = [f"--benchmark_repetitions={config.repetitions + config.warmup}",
+             f"--benchmark_min_time={config.calls_per_sample}x"]
+    driver = config.driver or manifest.runtime_driver
     if driver == "local-task":
-        flags.append(f"--task_topology_group_count={threads}")
+        flags.append(f"--task_topology_group_count={config.threads}")
     # bench.sh reads EDGEKIT_DRIVER before the release's run.env DRIVER
-    env = [] if driver == manifest["runtime_driver"] else \
+    env = [] if driver == manifest.runtime_driver else \
         ["env", f"EDGEKIT_DRIVER={safe_name(driver, 'driver')}"]
     result = conn.run([*env, "sh", f"{shims}/bench.sh", runtime,
                        layout.release_dir(app, release), *flags], check=False, timeout=3600)
-    after = read_conditions(conn) if conditions else Conditions()
+    after = read_conditions(conn) if config.conditions else Conditions()
     if result.returncode != 0:
-        raise RemoteCommandFailed("iree-benchmark-module failed", where=str(conn.address),
+        raise RemoteCommandFailed("iree-benchmark-module failed", where=conn.where,
                                   argv=["bench.sh", *flags], returncode=result.returncode,
                                   stderr_tail=result.stderr.decode(errors="replace")[-3000:])
-    samples = per_call_ms(json.loads(result.stdout))[warmup:]
+    samples = per_call_ms(json.loads(result.stdout))[config.warmup:]
     return RoundRun(samples, _peak_rss(result.stderr), before, after)
 
 
-def summarize(conn: Connection, arch: str, app: str, release: str, manifest: dict,
+def summarize(conn: Transport, arch: str, app: str, release: str, manifest: Manifest,
               threads: int, rounds: list[RoundRun], options: BenchOptions) -> BenchResult:
     latency = latency_stats([s for r in rounds for s in r.samples_ms],
                             [float(np.median(r.samples_ms)) for r in rounds])
@@ -157,15 +186,15 @@ def summarize(conn: Connection, arch: str, app: str, release: str, manifest: dic
     return BenchResult(
         id=f"{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}",
         created_at=now.isoformat(timespec="seconds"),
-        device=str(conn.address), device_arch=arch, app=app, release=release,
-        target=manifest["target"],
-        config={"threads": threads, "driver": manifest["runtime_driver"],
+        device=conn.where, device_arch=arch, app=app, release=release,
+        target=manifest.target,
+        config={"threads": threads, "driver": manifest.runtime_driver,
                 "repetitions": options.repetitions, "warmup": options.warmup,
                 "rounds": len(rounds)},
         latency=latency, peak_rss_kb=max(r.peak_rss_kb for r in rounds), before=before,
         after=after, reliable=not reasons, unreliable_reasons=tuple(reasons),
         versions={"edgekit": package_version("edgekit"),
-                  "iree_runtime": manifest["compiler_version"]})
+                  "iree_runtime": manifest.compiler_version})
 
 
 def per_call_ms(report: dict) -> list[float]:
@@ -212,7 +241,7 @@ def parse_conditions(text: str) -> Conditions:
     return Conditions.model_validate(fields)
 
 
-def read_conditions(conn: Connection) -> Conditions:
+def read_conditions(conn: Transport) -> Conditions:
     script = (SHIMS / "conditions.sh").read_bytes()  # on stdin: works on any device
     return parse_conditions(conn.run(["sh", "-s"], stdin=script).text)
 

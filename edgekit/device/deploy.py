@@ -28,7 +28,7 @@ from edgekit.errors import DeviceIncompatible, HealthGateFailed, ValidationFaile
 from edgekit.models.bundle import MANIFEST, Bundle, sha256_file
 from edgekit.models.report import ValidationReport
 from edgekit.config.address import safe_name
-from edgekit.transport.ssh import Connection
+from edgekit.transport.base import Transport
 from edgekit.validate.compare import compare_output
 
 
@@ -61,10 +61,10 @@ def release_id(bundle: Bundle) -> str:
 # Runs after on-device validation and before activation; raises (HealthGateFailed) to keep the
 # release from going live. Gets the connection, the device's info and the new release id;
 # returns what it measured (kept in DeployResult.gate).
-Gate = Callable[[Connection, DeviceInfo, str], dict]
+Gate = Callable[[Transport, DeviceInfo, str], dict]
 
 
-def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
+def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                   on_stage: Callable[[str], None] | None = None, *, gate: Gate | None = None,
                   hooks: Hooks | None = None, hooks_when_current: bool = False,
                   fallback: str | None | bool = False) -> DeployResult:
@@ -90,7 +90,7 @@ def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
     if found:
         fits = preflight.fitting_targets(info, backend=m.backend) or \
             preflight.fitting_targets(info)
-        raise DeviceIncompatible("; ".join(found), where=str(conn.address),
+        raise DeviceIncompatible("; ".join(found), where=conn.where,
                                  hint=f"nothing was uploaded; targets that fit this device: "
                                       f"{', '.join(fits) or 'none known'}")
     provisioned = needs_provisioning(info, m.compiler_version)
@@ -113,7 +113,7 @@ def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
         kept = (f"`current` still points at {previous}" if previous
                 else "the app has no current release")
         raise ValidationFailed(
-            f"on-device validation failed on {conn.address}: release {release} was not "
+            f"on-device validation failed on {conn.where}: release {release} was not "
             f"activated; {kept}", report=report,
             hint=_mismatch_hint(m.backend, info))
 
@@ -136,14 +136,14 @@ def deploy_bundle(conn: Connection, bundle: Bundle, keep: int = 3,
     now = time.perf_counter()
     marks = list(timings.items()) + [("end", now)]
     stage_seconds = {name: round(marks[i + 1][1] - t, 3) for i, (name, t) in enumerate(marks[:-1])}
-    return DeployResult(device=str(conn.address), app=app, release=release, previous=previous,
+    return DeployResult(device=conn.where, app=app, release=release, previous=previous,
                         activated=activated, uploaded_files=files, uploaded_bytes=sent,
                         provisioned=provisioned, report=report, pruned=pruned,
                         seconds=round(now - started, 3), stage_seconds=stage_seconds,
                         gate=measured)
 
 
-def run_hooks(conn: Connection, app: str, release: str, hooks: Hooks, shims: str,
+def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
               fallback: str | None) -> None:
     """The user's after-activation and health commands, with the release in the environment.
     A failure puts `current` back on `fallback` (none: no current release) and raises."""
@@ -162,11 +162,11 @@ def run_hooks(conn: Connection, app: str, release: str, hooks: Hooks, shims: str
         back = f"`current` is back on {fallback}" if fallback else "the app has no current " \
             "release again"
         raise HealthGateFailed(f"the {name} hook exited with {result.returncode} "
-                               f"({tail[0][:200]}); {back}", where=str(conn.address),
+                               f"({tail[0][:200]}); {back}", where=conn.where,
                                hint=f"run the hook by hand on the device: {command}")
 
 
-def restore_release(conn: Connection, app: str, release: str | None, shims: str) -> None:
+def restore_release(conn: Transport, app: str, release: str | None, shims: str) -> None:
     """Make `release` current again, or leave the app with no current release (None)."""
     if release:
         activate(conn, app, release, shims)
@@ -176,7 +176,7 @@ def restore_release(conn: Connection, app: str, release: str | None, shims: str)
         journal_event(conn, app, "deactivate", "")
 
 
-def upload_release(conn: Connection, bundle: Bundle, app: str, release: str,
+def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
                    shims: str) -> tuple[int, int]:
     """Put the release in place, verified. An identical release already there (its
     SHA256SUMS verify) moves no payload. Returns (files, bytes) sent."""
@@ -221,7 +221,7 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
     return [run_env, checksums]
 
 
-def validate_on_device(conn: Connection, bundle: Bundle, release_dir: str, runtime: str,
+def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,
                        shims: str) -> ValidationReport:
     """Run the golden inputs with the device's runtime; compare the outputs here, on the host."""
     m = bundle.manifest
@@ -244,7 +244,7 @@ def validate_on_device(conn: Connection, bundle: Bundle, release_dir: str, runti
                                                   expected, m.tolerances.for_output(sig.name)))
     finally:
         conn.run(["rm", "-rf", "--", out_dir], check=False)
-    return ValidationReport(app=m.app, target=m.target, where=str(conn.address),
+    return ValidationReport(app=m.app, target=m.target, where=conn.where,
                             ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
                             seconds=round(seconds, 4))
 

@@ -11,7 +11,7 @@ from edgekit.config.resources import shims_dir
 from edgekit.config.schema_base import Frozen
 from edgekit.device.layout import ROOT
 from edgekit.errors import DeviceError
-from edgekit.transport.ssh import Connection
+from edgekit.transport.base import Transport
 
 SHIMS = shims_dir()
 
@@ -85,7 +85,7 @@ def parse_probe(text: str) -> DeviceInfo:
         raise DeviceError(f"unexpected probe output: {exc.errors()[0]['msg']}") from None
 
 
-def probe(conn: Connection) -> DeviceInfo:
+def probe(conn: Transport) -> DeviceInfo:
     script = (SHIMS / "probe.sh").read_bytes()
     result = conn.run(["sh", "-s", "--", ROOT], stdin=script, what="device probe failed")
     return parse_probe(result.text)

@@ -24,7 +24,7 @@ from edgekit.errors import DeviceIncompatible
 from edgekit.models.bundle import sha256_file
 from edgekit.toolchain.runner import run_tool
 from edgekit.toolchain.versions import iree_runtime_version
-from edgekit.transport.ssh import Connection
+from edgekit.transport.base import Transport
 
 TOOLS = ("iree-run-module", "iree-benchmark-module", "iree-cpuinfo")
 SHIM_FILES = ("probe.sh", "verify.sh", "activate.sh", "run.sh", "bench.sh", "conditions.sh")
@@ -86,7 +86,7 @@ def _extract_from_wheel(arch: str, version: str, into: Path) -> None:
                 (into / tool).chmod(0o755)
 
 
-def provision(conn: Connection, info: DeviceInfo, version: str | None = None) -> ProvisionResult:
+def provision(conn: Transport, info: DeviceInfo, version: str | None = None) -> ProvisionResult:
     version = version or iree_runtime_version()
     local_bin = runtime_tools(info.arch, version)
     runtime = layout.runtime_dir(version, info.arch)
@@ -104,7 +104,7 @@ def provision(conn: Connection, info: DeviceInfo, version: str | None = None) ->
     return ProvisionResult(runtime, shims, tuple(uploaded), sent)
 
 
-def sync_files(conn: Connection, pairs: list[tuple[Path, str]], uploaded: list[str],
+def sync_files(conn: Transport, pairs: list[tuple[Path, str]], uploaded: list[str],
                mode: int = 0o644) -> int:
     """Upload files whose remote sha256 differs (written under a temporary name, then renamed).
     Returns bytes sent; appends remote paths sent to `uploaded`."""
@@ -116,13 +116,13 @@ def sync_files(conn: Connection, pairs: list[tuple[Path, str]], uploaded: list[s
         conn.mkdirs(remote.rsplit("/", 1)[0])
         tmp = f"{remote}.partial"
         sent += conn.put(local, tmp)
-        conn.sftp.chmod(tmp, mode)
+        conn.chmod(tmp, mode)
         conn.rename(tmp, remote)
         uploaded.append(remote)
     return sent
 
 
-def remote_sha256(conn: Connection, paths: list[str]) -> dict[str, str]:
+def remote_sha256(conn: Transport, paths: list[str]) -> dict[str, str]:
     """sha256 of the remote files that exist (missing ones are simply absent)."""
     result = conn.run(["sh", "-c", 'for f; do [ -f "$f" ] && sha256sum "$f"; done; exit 0',
                        "sha", *paths], what="reading checksums on the device")

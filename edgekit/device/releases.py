@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from edgekit.device import layout
 from edgekit.errors import ConfigError, RemoteCommandFailed
 from edgekit.config.address import safe_name
-from edgekit.transport.ssh import Connection
+from edgekit.transport.base import Transport
 
 
 @dataclass(frozen=True)
@@ -22,17 +22,17 @@ class ReleaseInfo:
     created_at: str
 
 
-def activate(conn: Connection, app: str, release: str, shims: str) -> None:
+def activate(conn: Transport, app: str, release: str, shims: str) -> None:
     """Switch `current` to `release` (atomic rename on the device) and check that it did."""
     conn.run(["sh", f"{shims}/activate.sh", layout.app_dir(app), safe_name(release, "release")],
              what="activation failed")
     if current_release(conn, app) != release:
         raise RemoteCommandFailed("`current` does not point at the release after activation",
-                                  where=str(conn.address), argv=["activate.sh", release],
+                                  where=conn.where, argv=["activate.sh", release],
                                   returncode=1, stderr_tail="")
 
 
-def rollback(conn: Connection, app: str, shims: str, to: str | None = None) -> tuple[str, str]:
+def rollback(conn: Transport, app: str, shims: str, to: str | None = None) -> tuple[str, str]:
     """Make the previously activated release (or `to`) current again. Returns (from, to)."""
     current = current_release(conn, app)
     names = {name for name, _ in list_releases(conn, app)}
@@ -47,48 +47,36 @@ def rollback(conn: Connection, app: str, shims: str, to: str | None = None) -> t
     return current or "", target
 
 
-def describe_releases(conn: Connection, app: str) -> list[ReleaseInfo]:
+def describe_releases(conn: Transport, app: str) -> list[ReleaseInfo]:
     current = current_release(conn, app)
     infos = []
     for name, mtime in list_releases(conn, app):
         target = created = ""
-        try:
-            with conn.sftp.open(f"{layout.release_dir(app, name)}/manifest.json") as f:
-                manifest = json.loads(f.read())
+        try:  # a release whose manifest cannot be read is still listed
+            manifest = json.loads(conn.read_text(f"{layout.release_dir(app, name)}/manifest.json")
+                                  or "{}")
             target, created = manifest.get("target", ""), manifest.get("created_at", "")
-        except (OSError, ValueError):
+        except (RemoteCommandFailed, ValueError):
             pass
         infos.append(ReleaseInfo(name, mtime, name == current, target, created))
     return infos
 
 
-def current_release(conn: Connection, app: str) -> str | None:
-    try:
-        link = conn.sftp.readlink(layout.current_link(app))
-    except OSError:
-        return None
+def current_release(conn: Transport, app: str) -> str | None:
+    link = conn.readlink(layout.current_link(app))
     return link.rsplit("/", 1)[-1] if link else None
 
 
-def list_releases(conn: Connection, app: str) -> list[tuple[str, float]]:
+def list_releases(conn: Transport, app: str) -> list[tuple[str, float]]:
     """(release, mtime) newest first."""
-    try:
-        entries = conn.sftp.listdir_attr(f"{layout.app_dir(app)}/releases")
-    except OSError:
-        return []
-    return sorted(((e.filename, float(e.st_mtime or 0)) for e in entries),
-                  key=lambda item: item[1], reverse=True)
+    entries = conn.listdir(f"{layout.app_dir(app)}/releases") or []
+    return sorted(((e.name, e.mtime) for e in entries), key=lambda item: item[1], reverse=True)
 
 
-def activation_history(conn: Connection, app: str) -> list[str]:
+def activation_history(conn: Transport, app: str) -> list[str]:
     """Releases in the order they were activated (oldest first), from the device's journal."""
-    try:
-        with conn.sftp.open(layout.journal(app)) as f:
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
     history = []
-    for line in lines:
+    for line in (conn.read_text(layout.journal(app)) or "").splitlines():
         try:
             event = json.loads(line)
         except ValueError:
@@ -98,7 +86,7 @@ def activation_history(conn: Connection, app: str) -> list[str]:
     return history
 
 
-def prune_releases(conn: Connection, app: str, keep: int) -> tuple[str, ...]:
+def prune_releases(conn: Transport, app: str, keep: int) -> tuple[str, ...]:
     """Remove the oldest releases beyond `keep`, never `current` or the rollback target."""
     current = current_release(conn, app)
     history = activation_history(conn, app)
@@ -120,7 +108,6 @@ def previous_release(history: list[str], current: str | None) -> str | None:
     return None
 
 
-def journal_event(conn: Connection, app: str, event: str, release: str) -> None:
+def journal_event(conn: Transport, app: str, event: str, release: str) -> None:
     line = json.dumps({"ts": int(time.time()), "event": event, "release": release}) + "\n"
-    with conn.sftp.open(layout.journal(app), "a") as f:
-        f.write(line)
+    conn.append_text(layout.journal(app), line)

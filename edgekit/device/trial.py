@@ -14,26 +14,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.models.bundle import Bundle
-from edgekit.transport.ssh import Connection
+from edgekit.transport.base import Transport
 
 
 @dataclass
 class DeviceTrial:
-    conn: Connection
-    address: str                     # user@host[:port]
+    conn: Transport
+    address: str                     # user@host[:port], or local:DIR
     arch: str
     problems: list[str | None] = field(default_factory=list)  # per bundle: None = validated
 
     def run_round(self, bundle: Bundle, threads: int, repetitions: int) -> list[float]:
         """Per-call ms of one iree-benchmark-module process on the device (golden inputs)."""
-        from edgekit.device.bench import bench_round
+        from edgekit.device.bench import RoundConfig, bench_round
         from edgekit.device.deploy import release_id
         from edgekit.toolchain.iree import driver_for_threads
-        manifest = bundle.manifest.model_dump(mode="json")
-        return bench_round(self.conn, self.arch, bundle.manifest.app, release_id(bundle),
-                           manifest, threads, repetitions, warmup=3, conditions=False,
-                           driver=driver_for_threads(bundle.manifest.runtime_driver,
-                                                     threads)).samples_ms
+        m = bundle.manifest
+        config = RoundConfig(repetitions=repetitions, threads=threads, warmup=3,
+                             conditions=False,
+                             driver=driver_for_threads(m.runtime_driver, threads))
+        return bench_round(self.conn, self.arch, release_id(bundle), m, config).samples_ms
 
 
 @contextlib.contextmanager
@@ -41,15 +41,14 @@ def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
                     say: Callable[[str], None] = lambda _: None) -> Iterator[DeviceTrial]:
     """Upload and validate every bundle on `host`; yields the trial (its `problems` say which
     validated); removes the releases it added when the block ends."""
-    from edgekit.config.devices import resolve_device
     from edgekit.device import layout
     from edgekit.device.deploy import release_id, upload_release, validate_on_device
     from edgekit.device.probe import probe
     from edgekit.device.provision import needs_provisioning, provision, shim_version
     from edgekit.device.releases import list_releases
-    from edgekit.transport.ssh import connect
-    address, key = resolve_device(host, identity)
-    with connect(address, key) as conn:
+    from edgekit.transport import open_device
+    with open_device(host, identity) as conn:
+        address = conn.where
         info = probe(conn)
         first = bundles[0].manifest
         if needs_provisioning(info, first.compiler_version):
@@ -59,7 +58,7 @@ def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
         runtime = layout.runtime_dir(first.compiler_version, info.arch)
         before = {(b.manifest.app, r) for b in bundles
                   for r, _ in list_releases(conn, b.manifest.app)}
-        trial = DeviceTrial(conn, str(address), info.arch)
+        trial = DeviceTrial(conn, address, info.arch)
         added: list[tuple[str, str]] = []
         try:
             for bundle in bundles:

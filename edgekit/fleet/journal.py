@@ -9,18 +9,21 @@ Rollouts live in $EDGEKIT_HOME/fleet/<id>/: plan.json, journal.jsonl, bundles/<t
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import threading
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pydantic
+
 from edgekit.config.paths import edgekit_home
 from edgekit.errors import ConfigError
 from edgekit.fleet.waves import to_count
+from edgekit.models.events import (DeviceDone, DeviceRolledBack, DeviceStarted, Finished,
+                                   Halted, Interrupted, RolloutEvent, RolloutResumed,
+                                   RolloutStarted, WaveDone, WaveStarted, parse_event)
 from edgekit.models.fleet import DeviceOutcome, FleetResult, RolloutPlan, WaveSummary
 
 PLAN = "plan.json"
@@ -34,22 +37,22 @@ def rollouts_dir() -> Path:
 class Journal:
     """Appends events; safe to call from the rollout's worker threads."""
 
-    def __init__(self, directory: Path, on_event: Callable[[dict], None] | None = None):
+    def __init__(self, directory: Path,
+                 on_event: Callable[[RolloutEvent], None] | None = None):
         self.path = directory / JOURNAL
         self._lock = threading.Lock()
         self._on_event = on_event
 
-    def write(self, event: str, **fields) -> dict:
-        record = {"ts": round(time.time(), 3), "event": event, **fields}
-        line = json.dumps(record, sort_keys=True) + "\n"
+    def write(self, event: RolloutEvent) -> RolloutEvent:
+        line = event.model_dump_json() + "\n"
         with self._lock:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
         if self._on_event:
-            self._on_event(record)
-        return record
+            self._on_event(event)
+        return event
 
 
 def save_plan(directory: Path, plan: RolloutPlan) -> None:
@@ -62,17 +65,22 @@ def load_plan(directory: Path) -> RolloutPlan:
     return RolloutPlan.model_validate_json((directory / PLAN).read_text())
 
 
-def read_events(directory: Path) -> list[dict]:
-    """Every complete event; a torn last line (crash while writing) is ignored."""
+def read_events(directory: Path) -> list[RolloutEvent]:
+    """Every event; a torn last line (a crash while writing it) is ignored, any other line
+    that is not an event is an error naming it."""
     path = directory / JOURNAL
     if not path.is_file():
         return []
+    lines = path.read_text(encoding="utf-8").splitlines()
     events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, start=1):
         try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
+            events.append(parse_event(line))
+        except pydantic.ValidationError as exc:
+            if number == len(lines):
+                break
+            raise ConfigError(f"not a rollout event: {exc.errors()[0]['msg']}",
+                              where=f"{path}:{number}", key="journal") from None
     return events
 
 
@@ -94,52 +102,52 @@ def exclusive(directory: Path):
 class JournalState:
     """What the journal says happened so far."""
 
-    started: dict[str, dict] = field(default_factory=dict)     # device → first device-start
-    done: dict[str, dict] = field(default_factory=dict)        # device → device-done
-    rollbacks: dict[str, dict] = field(default_factory=dict)   # device → device-rollback
+    started: dict[str, DeviceStarted] = field(default_factory=dict)  # first per device
+    done: dict[str, DeviceDone] = field(default_factory=dict)
+    rollbacks: dict[str, DeviceRolledBack] = field(default_factory=dict)
     waves_started: dict[int, float] = field(default_factory=dict)
-    waves_done: dict[int, dict] = field(default_factory=dict)
-    halt: dict | None = None
-    finished: dict | None = None
+    waves_done: dict[int, WaveDone] = field(default_factory=dict)
+    halt: Halted | None = None
+    finished: Finished | None = None
     interrupted: bool = False
     seconds: float = 0.0
 
     def previous_of(self, device: str) -> tuple[bool, str | None]:
         """(known, release that was current before this rollout touched the device)."""
         if device in self.started:
-            return True, self.started[device].get("previous")
+            return True, self.started[device].previous
         return False, None
 
 
-def replay(events: list[dict]) -> JournalState:
+def replay(events: list[RolloutEvent]) -> JournalState:
     state = JournalState()
     segment_start: float | None = None
     for e in events:
-        kind = e.get("event")
-        if kind in ("start", "resume"):
-            segment_start = e["ts"]
-            state.interrupted = False
-        elif kind == "wave-start":
-            state.waves_started.setdefault(e["wave"], e["ts"])
-        elif kind == "device-start":
-            state.started.setdefault(e["device"], e)
-        elif kind == "device-done":
-            state.done[e["device"]] = e
-        elif kind == "wave-done":
-            state.waves_done[e["wave"]] = e
-        elif kind == "halt":
-            state.halt = e
-        elif kind == "device-rollback":
-            state.rollbacks[e["device"]] = e
-        elif kind == "interrupted":
-            state.interrupted = True
-        elif kind == "finished":
-            state.finished = e
-        if kind in ("interrupted", "finished") and segment_start is not None:
-            state.seconds += e["ts"] - segment_start
+        match e:
+            case RolloutStarted() | RolloutResumed():
+                segment_start = e.ts
+                state.interrupted = False
+            case WaveStarted():
+                state.waves_started.setdefault(e.wave, e.ts)
+            case DeviceStarted():
+                state.started.setdefault(e.device, e)
+            case DeviceDone():
+                state.done[e.device] = e
+            case WaveDone():
+                state.waves_done[e.wave] = e
+            case Halted():
+                state.halt = e
+            case DeviceRolledBack():
+                state.rollbacks[e.device] = e
+            case Interrupted():
+                state.interrupted = True
+            case Finished():
+                state.finished = e
+        if isinstance(e, Interrupted | Finished) and segment_start is not None:
+            state.seconds += e.ts - segment_start
             segment_start = None
     if segment_start is not None and events:
-        state.seconds += events[-1]["ts"] - segment_start
+        state.seconds += events[-1].ts - segment_start
     return state
 
 
@@ -157,14 +165,12 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
                                           reason="the rollout halted before this device"
                                           if state.halt else ""))
             continue
-        fields = {k: done.get(k) for k in ("status", "reason", "failure", "previous",
-                                           "p90_before_ms", "p90_after_ms", "seconds")}
+        fields = done.model_dump(include={"status", "reason", "failure", "previous",
+                                          "p90_before_ms", "p90_after_ms", "seconds"})
         rollback = state.rollbacks.get(device.name)
         if rollback:
-            fields["status"] = rollback["status"]
-            fields["reason"] = rollback.get("reason", "")
-        outcomes.append(DeviceOutcome(**base, **{k: v for k, v in fields.items()
-                                                 if v is not None}))
+            fields.update(status=rollback.status, reason=rollback.reason)
+        outcomes.append(DeviceOutcome(**base, **fields))
     outcomes.sort(key=lambda o: o.wave)  # stable: inventory order within a wave
     waves = []
     for index, names in enumerate(plan.waves, start=1):
@@ -179,18 +185,18 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
             unchanged=sum(o.status == "unchanged" for o in mine),
             failed=sum(o.status == "failed" for o in mine),
             allowed_failures=_allowed(plan, len(names)),
-            halted=bool(done and done.get("halted")), complete=done is not None,
-            seconds=round((done or {}).get("ts", state.waves_started.get(index, 0.0))
+            halted=bool(done and done.halted), complete=done is not None,
+            seconds=round((done.ts if done else state.waves_started.get(index, 0.0))
                           - state.waves_started.get(index, 0.0), 2)))
     if state.finished:
-        status = state.finished.get("status", "completed")
+        status = state.finished.status
     elif state.interrupted:
         status = "interrupted"
     else:
         status = "running"
     return FleetResult(id=plan.id, app=plan.app, status=status,
-                       halt_reason=(state.halt or {}).get("reason", ""),
-                       rolled_back=(state.halt or {}).get("rollback", "none"),
+                       halt_reason=state.halt.reason if state.halt else "",
+                       rolled_back=state.halt.rollback if state.halt else "none",
                        releases=plan.releases, waves=tuple(waves), devices=tuple(outcomes),
                        seconds=round(state.seconds, 2), journal=str(directory / JOURNAL))
 

@@ -31,7 +31,7 @@ import numpy as np
 from edgekit.config.fleet import Fleet, RolloutPolicy, load_fleet
 from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
-from edgekit.device.bench import bench_round, remote_manifest
+from edgekit.device.bench import RoundConfig, bench_round, remote_manifest
 from edgekit.device.deploy import Gate, deploy_bundle, release_id, restore_release
 from edgekit.device.probe import DeviceInfo
 from edgekit.device.provision import shim_version
@@ -40,9 +40,13 @@ from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
 from edgekit.models.bundle import Bundle, load_bundle
+from edgekit.models.events import (BuildStarted, DeviceDone, DeviceRolledBack, DeviceStarted,
+                                   DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
+                                   RolloutResumed, RolloutStarted, WaveDone, WaveStarted)
 from edgekit.models.fleet import FleetResult, RolloutPlan
-from edgekit.config.address import parse_address, safe_name
-from edgekit.transport.ssh import Connection, connect
+from edgekit.config.address import safe_name
+from edgekit.transport import open_device
+from edgekit.transport.base import Transport
 
 
 MAX_GATE_SAMPLES = 400     # per round: the benchmark's JSON grows ~0.7 kB per sample
@@ -61,7 +65,7 @@ class UpdateOptions:
     use_cache: bool = True
 
 
-Progress = Callable[[dict], None]
+Progress = Callable[[RolloutEvent], None]
 # target profile → the recipe's bundle built for it (the application layer builds)
 BuildFor = Callable[[str], Bundle]
 
@@ -95,7 +99,7 @@ def update(options: UpdateOptions, build_for: BuildFor,
     jr.save_plan(directory, plan)
     with jr.exclusive(directory):
         journal = jr.Journal(directory, on_event)
-        journal.write("start", rollout=rollout_id, waves=[list(w) for w in plan.waves])
+        journal.write(RolloutStarted(rollout=rollout_id, waves=plan.waves))
         return _execute(plan, directory, journal)
 
 
@@ -111,7 +115,7 @@ def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> F
     plan = jr.load_plan(directory)
     with jr.exclusive(directory):
         journal = jr.Journal(directory, on_event)
-        journal.write("resume", rollout=plan.id)
+        journal.write(RolloutResumed(rollout=plan.id))
         return _execute(plan, directory, journal)
 
 
@@ -127,7 +131,7 @@ def _build_per_target(build_for: BuildFor, fleet: Fleet, directory: Path,
     bundles, releases = {}, {}
     for index, target in enumerate(dict.fromkeys(d.target for d in fleet.devices)):
         if on_event:
-            on_event({"event": "build", "target": target})
+            on_event(BuildStarted(target=target))
         built = build_for(target)
         copy = directory / "bundles" / f"{index}-{safe_name(Path(target).stem, 'target')}"
         shutil.copytree(built.path, copy)
@@ -142,13 +146,13 @@ def _execute(plan: RolloutPlan, directory: Path, journal: jr.Journal) -> FleetRe
         try:
             _run_waves(plan, directory, journal, state)
         except KeyboardInterrupt:
-            journal.write("interrupted")
+            journal.write(Interrupted())
             return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
         state = jr.replay(jr.read_events(directory))
     if state.halt is not None:
         _roll_back(plan, journal, state)
     state = jr.replay(jr.read_events(directory))
-    journal.write("finished", status="halted" if state.halt else "completed")
+    journal.write(Finished(status="halted" if state.halt else "completed"))
     return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
 
 
@@ -158,7 +162,7 @@ def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
         if index in state.waves_done:
             continue
         if index not in state.waves_started:
-            journal.write("wave-start", wave=index, devices=list(names))
+            journal.write(WaveStarted(wave=index, devices=names))
         todo = [n for n in names if n not in state.done]
         with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
                                 thread_name_prefix="fleet") as pool:
@@ -173,13 +177,13 @@ def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
         state = jr.replay(jr.read_events(directory))
-        failed = sum(state.done[n]["status"] == "failed" for n in names if n in state.done)
+        failed = sum(state.done[n].status == "failed" for n in names if n in state.done)
         halted = halts(failed, len(names), plan.policy.max_fail)
-        journal.write("wave-done", wave=index, failed=failed, halted=halted)
+        journal.write(WaveDone(wave=index, failed=failed, halted=halted))
         if halted:
-            journal.write("halt", wave=index, rollback=plan.policy.rollback_on_halt,
-                          reason=f"wave {index}: {failed} of {len(names)} device(s) failed, "
-                                 f"more than max_fail={plan.policy.max_fail}")
+            journal.write(Halted(wave=index, rollback=plan.policy.rollback_on_halt,
+                                 reason=f"wave {index}: {failed} of {len(names)} device(s) "
+                                        f"failed, more than max_fail={plan.policy.max_fail}"))
             return
 
 
@@ -192,29 +196,30 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
     measured: dict = {}
     try:
         bundle = load_bundle(plan.bundles[device.target])
-        with connect(parse_address(device.address), Path(device.identity)) as conn:
+        identity = Path(device.identity) if device.identity else None
+        with open_device(device.address, identity) as conn:
             if not known:
                 previous = current_release(conn, plan.app)
-            journal.write("device-start", device=name, wave=wave, previous=previous)
+            journal.write(DeviceStarted(device=name, wave=wave, previous=previous))
             gate = None
             if plan.policy.max_p90_ratio and previous and previous != release:
                 gate = latency_gate(plan.policy, plan.app, previous, measured,
                                     one_at_a_time=LAB_CPUS if device.lab else None)
             deploy_bundle(conn, bundle, keep=plan.keep, gate=gate, hooks=plan.hooks,
                           hooks_when_current=True, fallback=previous,
-                          on_stage=lambda step: journal.write("device-step", device=name,
-                                                              step=step))
+                          on_stage=lambda step: journal.write(DeviceStep(device=name,
+                                                                         step=step)))
         status, reason, failure = ("updated" if previous != release else "unchanged"), "", ""
     except Exception as exc:  # noqa: BLE001 — one device's failure must not stop the others
         status, failure = "failed", type(exc).__name__
         reason = (exc.what if isinstance(exc, EdgekitError) else str(exc)) or failure
         if isinstance(exc, EdgekitError) and exc.where and exc.where not in reason:
             reason = f"{reason} ({exc.where})"
-    journal.write("device-done", device=name, wave=wave, status=status, reason=reason,
-                  failure=failure, previous=previous, seconds=round(time.perf_counter() -
-                                                                    started, 2),
-                  p90_before_ms=measured.get("p90_before_ms"),
-                  p90_after_ms=measured.get("p90_after_ms"))
+    journal.write(DeviceDone(device=name, wave=wave, status=status, reason=reason,
+                             failure=failure, previous=previous,
+                             seconds=round(time.perf_counter() - started, 2),
+                             p90_before_ms=measured.get("p90_before_ms"),
+                             p90_after_ms=measured.get("p90_after_ms")))
 
 
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
@@ -225,16 +230,17 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
     a millisecond are timed in batches (the sample is the batch's mean call) — timed one by
     one, a 30 µs call's p90 measures the scheduler, not the model. Devices that share CPUs
     pass a lock in `one_at_a_time`. Fills `measured`."""
-    def gate(conn: Connection, info: DeviceInfo, release: str) -> dict:
+    def gate(conn: Transport, info: DeviceInfo, release: str) -> dict:
         if one_at_a_time is None:
             return measure(conn, info, release)
         with one_at_a_time:
             return measure(conn, info, release)
 
-    def measure(conn: Connection, info: DeviceInfo, release: str) -> dict:
+    def measure(conn: Transport, info: DeviceInfo, release: str) -> dict:
         manifests = {r: remote_manifest(conn, app, r) for r in (baseline, release)}
-        probe_run = bench_round(conn, info.arch, app, baseline, manifests[baseline],
-                                policy.gate_threads, 5, warmup=1, conditions=False)
+        probe_run = bench_round(conn, info.arch, baseline, manifests[baseline],
+                                RoundConfig(repetitions=5, threads=policy.gate_threads,
+                                            warmup=1, conditions=False))
         call_ms = max(float(np.median(probe_run.samples_ms)), 1e-4)
         batch = max(1, math.ceil(1.0 / call_ms))
         per_round = min(MAX_GATE_SAMPLES, max(policy.gate_repetitions // policy.gate_rounds,
@@ -243,9 +249,10 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
         rounds: dict[str, list[list[float]]] = {baseline: [], release: []}
         for _ in range(policy.gate_rounds):
             for r in (baseline, release):
-                run = bench_round(conn, info.arch, app, r, manifests[r], policy.gate_threads,
-                                  per_round, warmup=2, conditions=False,
-                                  calls_per_sample=batch)
+                run = bench_round(conn, info.arch, r, manifests[r],
+                                  RoundConfig(repetitions=per_round, threads=policy.gate_threads,
+                                              warmup=2, conditions=False,
+                                              calls_per_sample=batch))
                 rounds[r].append(run.samples_ms)
         verdict = paired_p90_verdict(rounds[baseline], rounds[release], policy.max_p90_ratio)
         measured.update(verdict, calls_per_sample=batch, samples_per_round=per_round)
@@ -255,7 +262,7 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
                 f"{verdict['p90_before_ms']:.3f} ms for the release it replaces ({baseline}); "
                 f"per-round ratio ×{verdict['ratio']:.2f} > ×{policy.max_p90_ratio} in "
                 f"{verdict['rounds_over']} of {len(rounds[release])} rounds; not activated",
-                where=str(conn.address),
+                where=conn.where,
                 hint="compare with `edgekit bench`; raise rollout.max_p90_ratio if expected")
         return dict(measured)
     return gate
@@ -278,16 +285,15 @@ def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
 
 
 def _roll_back(plan: RolloutPlan, journal: jr.Journal, state: jr.JournalState) -> None:
-    scope = (state.halt or {}).get("rollback", "none")
-    if scope == "none":
+    if state.halt is None or state.halt.rollback == "none":
         return
-    halted_wave = state.halt["wave"]
+    scope, halted_wave = state.halt.rollback, state.halt.wave
     names = [n for n, done in state.done.items()
-             if done["status"] == "updated" and n not in state.rollbacks
-             and (scope == "all" or done["wave"] == halted_wave)]
+             if done.status == "updated" and n not in state.rollbacks
+             and (scope == "all" or done.wave == halted_wave)]
     with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
                             thread_name_prefix="rollback") as pool:
-        for future in [pool.submit(_restore, plan, n, state.done[n].get("previous"), journal)
+        for future in [pool.submit(_restore, plan, n, state.done[n].previous, journal)
                        for n in names]:
             future.result()
 
@@ -295,10 +301,12 @@ def _roll_back(plan: RolloutPlan, journal: jr.Journal, state: jr.JournalState) -
 def _restore(plan: RolloutPlan, name: str, previous: str | None, journal: jr.Journal) -> None:
     device = plan.device(name)
     try:
-        with connect(parse_address(device.address), Path(device.identity)) as conn:
+        identity = Path(device.identity) if device.identity else None
+        with open_device(device.address, identity) as conn:
             restore_release(conn, plan.app, previous, layout.shims_dir(shim_version()))
-        journal.write("device-rollback", device=name, status="rolled-back", to=previous,
-                      reason=f"rolled back to {previous or 'no release'} after the halt")
+        journal.write(DeviceRolledBack(
+            device=name, status="rolled-back", to=previous,
+            reason=f"rolled back to {previous or 'no release'} after the halt"))
     except Exception as exc:  # noqa: BLE001 — keep rolling back the others
-        journal.write("device-rollback", device=name, status="rollback-failed", to=previous,
-                      reason=f"rollback failed: {exc}")
+        journal.write(DeviceRolledBack(device=name, status="rollback-failed", to=previous,
+                                       reason=f"rollback failed: {exc}"))

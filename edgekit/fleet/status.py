@@ -14,8 +14,9 @@ from edgekit.device import layout
 from edgekit.device.bench import remote_manifest
 from edgekit.device.releases import current_release
 from edgekit.errors import EdgekitError
-from edgekit.config.address import parse_address, safe_name
-from edgekit.transport.ssh import Connection, connect
+from edgekit.config.address import safe_name
+from edgekit.transport import open_device
+from edgekit.transport.base import Transport
 
 VALIDATION_EVENTS = ("validated", "rejected")
 
@@ -32,30 +33,24 @@ def device_status(device: FleetDevice, app: str) -> dict:
            "current": None, "built_for": None, "runtime": None, "last_validation": None,
            "error": ""}
     try:
-        with connect(parse_address(device.address), Path(device.identity)) as conn:
+        identity = Path(device.identity) if device.identity else None
+        with open_device(device.address, identity) as conn:
             row["reachable"] = True
             current = current_release(conn, app)
             row["current"] = current
             if current:
                 manifest = remote_manifest(conn, app, current)
-                row["built_for"] = manifest.get("target")
-                row["runtime"] = f"iree {manifest.get('compiler_version')}"
+                row["built_for"] = manifest.target
+                row["runtime"] = f"iree {manifest.compiler_version}"
             row["last_validation"] = last_validation(conn, app)
     except EdgekitError as exc:
         row["error"] = f"{type(exc).__name__}: {exc.what}"
-    except OSError as exc:
-        row["error"] = f"{type(exc).__name__}: {exc}"
     return row
 
 
-def last_validation(conn: Connection, app: str) -> dict | None:
+def last_validation(conn: Transport, app: str) -> dict | None:
     """The newest validated/rejected event of the device's journal for `app`."""
-    try:
-        with conn.sftp.open(layout.journal(app)) as f:
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
+    for line in reversed((conn.read_text(layout.journal(app)) or "").splitlines()):
         try:
             event = json.loads(line)
         except ValueError:

@@ -18,30 +18,26 @@ import select
 import shlex
 import socket
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import paramiko
 
 from edgekit.config.paths import known_hosts_path
-from edgekit.errors import (AuthFailed, DeviceUnreachable, HostKeyChanged, HostKeyUnknown,
-                            RemoteCommandFailed)
+from edgekit.errors import (AuthFailed, DeviceError, DeviceUnreachable, HostKeyChanged,
+                            HostKeyUnknown, RemoteCommandFailed)
 from edgekit.config.address import DeviceAddress
+from edgekit.transport.base import (DEFAULT_TIMEOUT_S, RemoteEntry, RemoteResult,
+                                    file_op_failed)
 
 CONNECT_TIMEOUT_S = 15.0    # TCP connect, SSH banner and auth each (emulated devices are slow)
 CONNECT_ATTEMPTS = 3        # only for "unreachable"; key and auth failures are not retried
+# An SFTP request unanswered this long means the device stopped answering (a transfer sends and
+# acknowledges 32 kB blocks: even an emulated device answers one in well under a second).
+SFTP_STALL_S = 120.0
 
-
-@dataclass(frozen=True)
-class RemoteResult:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def text(self) -> str:
-        return self.stdout.decode(errors="replace")
+T = TypeVar("T")
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -51,12 +47,17 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 class Connection:
-    """One authenticated SSH connection to a device (see module doc for its lifecycle)."""
+    """One authenticated SSH connection to a device, a `Transport` (see module doc for its
+    lifecycle). Every paramiko, socket and SFTP error becomes a DeviceError here."""
 
     def __init__(self, address: DeviceAddress, client: paramiko.SSHClient):
         self.address = address
         self._client = client
         self._sftp: paramiko.SFTPClient | None = None
+
+    @property
+    def where(self) -> str:
+        return str(self.address)
 
     def __enter__(self) -> "Connection":
         return self
@@ -65,29 +66,36 @@ class Connection:
         self.close()
 
     def close(self) -> None:
-        if self._sftp is not None:
-            self._sftp.close()
+        self._drop_sftp()
         self._client.close()
 
-    def run(self, argv: Sequence[str], *, timeout: float = 300, stdin: bytes | None = None,
-            check: bool = True, what: str = "remote command failed") -> RemoteResult:
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+            stdin: bytes | None = None, check: bool = True,
+            what: str = "remote command failed") -> RemoteResult:
         """Run argv on the device (each argument shell-quoted); the cwd is the user's home."""
         command = shlex.join(argv)
         transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise DeviceUnreachable("the connection to the device is closed", where=self.where)
         try:
             channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            channel.settimeout(timeout)  # bounds sendall() of stdin to a device not reading it
             channel.exec_command(command)
             if stdin is not None:
                 channel.sendall(stdin)
             channel.shutdown_write()
             out, err = self._drain(channel, timeout, command)
             code = channel.recv_exit_status()
-        except (paramiko.SSHException, OSError) as exc:
-            raise DeviceUnreachable(f"connection lost while running a command: {exc}",
-                                    where=str(self.address)) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise DeviceUnreachable(f"connection lost while running a command: {reason}",
+                                    where=self.where) from None
+        if code == -1 and not self._alive():  # the channel closed without an exit status
+            raise DeviceUnreachable("connection lost while running a command",
+                                    where=self.where)
         result = RemoteResult(code, out, err)
         if check and code != 0:
-            raise RemoteCommandFailed(what, where=str(self.address), argv=list(argv),
+            raise RemoteCommandFailed(what, where=self.where, argv=list(argv),
                                       returncode=code,
                                       stderr_tail=(err or out).decode(errors="replace")[-3000:])
         return result
@@ -107,47 +115,114 @@ class Connection:
             if time.monotonic() > deadline:
                 channel.close()
                 raise RemoteCommandFailed(f"timed out after {timeout:.0f} s",
-                                          where=str(self.address), argv=[command],
+                                          where=self.where, argv=[command],
                                           returncode=124, stderr_tail=err.decode(errors="replace"))
             select.select([channel], [], [], 0.1)
 
-    @property
-    def sftp(self) -> paramiko.SFTPClient:
-        if self._sftp is None:
-            self._sftp = self._client.open_sftp()
-        return self._sftp
+    # --- files, over SFTP (opened lazily, once) ---------------------------------------------
 
     def put(self, local: Path, remote: str) -> int:
         """Upload a file; returns bytes sent (SFTP confirms the size)."""
-        try:
-            self.sftp.put(str(local), remote, confirm=True)
-        except (OSError, paramiko.SSHException) as exc:
-            raise RemoteCommandFailed(f"upload failed: {exc}", where=str(self.address),
-                                      argv=["sftp put", str(local), remote], returncode=1,
-                                      stderr_tail="") from None
+        self._sftp_do("upload", [str(local), remote],
+                      lambda sftp: sftp.put(str(local), remote, confirm=True))
         return local.stat().st_size
 
     def get(self, remote: str, local: Path) -> None:
-        try:
-            self.sftp.get(remote, str(local))
-        except (OSError, paramiko.SSHException) as exc:
-            raise RemoteCommandFailed(f"download failed: {exc}", where=str(self.address),
-                                      argv=["sftp get", remote, str(local)], returncode=1,
-                                      stderr_tail="") from None
+        self._sftp_do("download", [remote, str(local)], lambda sftp: sftp.get(remote, str(local)))
+
+    def read_text(self, remote: str) -> str | None:
+        def read(sftp: paramiko.SFTPClient) -> str:
+            with sftp.open(remote) as f:
+                return f.read().decode(errors="replace")
+        return self._sftp_do("read", [remote], read, none_if_absent=True)
+
+    def append_text(self, remote: str, text: str) -> None:
+        def append(sftp: paramiko.SFTPClient) -> None:
+            with sftp.open(remote, "a") as f:
+                f.write(text.encode())
+        self._sftp_do("append", [remote], append)
+
+    def readlink(self, remote: str) -> str | None:
+        return self._sftp_do("readlink", [remote], lambda sftp: sftp.readlink(remote),
+                             none_if_absent=True)
+
+    def listdir(self, remote: str) -> list[RemoteEntry] | None:
+        def entries(sftp: paramiko.SFTPClient) -> list[RemoteEntry]:
+            return [RemoteEntry(e.filename, float(e.st_mtime or 0))
+                    for e in sftp.listdir_attr(remote)]
+        return self._sftp_do("listdir", [remote], entries, none_if_absent=True)
 
     def mkdirs(self, remote: str) -> None:
         """mkdir -p over SFTP (relative paths are relative to the home directory)."""
-        current = ""
-        for part in remote.strip("/").split("/"):
-            current = f"{current}/{part}" if current else (("/" if remote.startswith("/") else "")
-                                                           + part)
-            try:
-                self.sftp.stat(current)
-            except FileNotFoundError:
-                self.sftp.mkdir(current)
+        def make(sftp: paramiko.SFTPClient) -> None:
+            current = ""
+            for part in remote.strip("/").split("/"):
+                current = f"{current}/{part}" if current else \
+                    ("/" if remote.startswith("/") else "") + part
+                try:
+                    sftp.stat(current)
+                except FileNotFoundError:
+                    sftp.mkdir(current)
+        self._sftp_do("mkdir", [remote], make)
 
     def rename(self, old: str, new: str) -> None:
-        self.sftp.posix_rename(old, new)
+        self._sftp_do("rename", [old, new], lambda sftp: sftp.posix_rename(old, new))
+
+    def chmod(self, remote: str, mode: int) -> None:
+        self._sftp_do("chmod", [oct(mode), remote], lambda sftp: sftp.chmod(remote, mode))
+
+    def _sftp_do(self, op: str, paths: list[str], action: Callable[[paramiko.SFTPClient], T],
+                 *, none_if_absent: bool = False) -> T | None:
+        """Run one SFTP action, translating what it raises (see transport.base)."""
+        sftp = self._open_sftp()
+        try:
+            return action(sftp)
+        except FileNotFoundError as exc:
+            if none_if_absent:
+                return None
+            raise file_op_failed(self.where, op, paths, exc) from None
+        except TimeoutError:
+            self._drop_sftp()  # a reply may still arrive: the session is out of step
+            raise DeviceUnreachable(f"{op} stalled: the device did not answer for "
+                                    f"{SFTP_STALL_S:.0f} s", where=self.where) from None
+        except (paramiko.SSHException, EOFError) as exc:
+            self._drop_sftp()
+            reason = str(exc) or type(exc).__name__
+            raise DeviceUnreachable(f"connection lost during {op}: {reason}",
+                                    where=self.where) from None
+        except OSError as exc:
+            if not self._alive():
+                self._drop_sftp()
+                raise DeviceUnreachable(f"connection lost during {op}: {exc}",
+                                        where=self.where) from None
+            raise file_op_failed(self.where, op, paths, exc) from None
+
+    def _open_sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            try:
+                self._sftp = self._client.open_sftp()
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                if self._alive():
+                    raise RemoteCommandFailed(f"cannot start SFTP: {exc}", where=self.where,
+                                              argv=["sftp"], returncode=1, stderr_tail=str(exc),
+                                              hint="the device needs an SFTP server "
+                                                   "(openssh-sftp-server)") from None
+                raise DeviceUnreachable(f"connection lost opening SFTP: {exc}",
+                                        where=self.where) from None
+            self._sftp.get_channel().settimeout(SFTP_STALL_S)
+        return self._sftp
+
+    def _drop_sftp(self) -> None:
+        sftp, self._sftp = self._sftp, None
+        if sftp is not None:
+            try:
+                sftp.close()
+            except (paramiko.SSHException, OSError, EOFError):
+                pass  # closing a session that already broke: nothing left to release
+
+    def _alive(self) -> bool:
+        transport = self._client.get_transport()
+        return transport is not None and transport.is_active()
 
 
 def connect(address: DeviceAddress, identity: Path, *,
@@ -240,7 +315,10 @@ def pin_host_key(address: DeviceAddress, key_type: str, key_base64: str, *,
     name = address.known_hosts_name
     if replace and name in keys:
         del keys[name]
-    key = paramiko.PKey.from_type_string(key_type, base64.b64decode(key_base64))
+    try:
+        key = paramiko.PKey.from_type_string(key_type, base64.b64decode(key_base64))
+    except (paramiko.SSHException, ValueError) as exc:
+        raise DeviceError(f"cannot pin the host key: {exc}", where=str(address)) from None
     keys.add(name, key_type, key)
     keys.save(str(known_hosts))
 

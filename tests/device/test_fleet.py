@@ -216,14 +216,14 @@ def test_a_killed_fleet_update_resumes_without_redoing_finished_devices(
         new = (set(rollouts_dir().glob("*")) if rollouts_dir().is_dir() else set()) - known
         if new:
             directory = new.pop()
-            if sum(e["event"] == "device-done" for e in read_events(directory)) >= 5:
+            if sum(e.event == "device-done" for e in read_events(directory)) >= 5:
                 break
         assert proc.poll() is None, proc.stderr.read().decode()
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     events = read_events(directory)
-    done_before = {e["device"] for e in events if e["event"] == "device-done"}
+    done_before = {e.device for e in events if e.event == "device-done"}
     assert 5 <= len(done_before) < 20
     releases = json.loads((directory / "plan.json").read_text())["releases"]
     # nothing half-switched: each device is on its old release or its new one, and every
@@ -240,7 +240,7 @@ def test_a_killed_fleet_update_resumes_without_redoing_finished_devices(
     assert result["status"] == "completed"
     assert all(d["status"] == "updated" for d in result["devices"])
     after_resume = read_events(directory)[len(events):]
-    restarted = {e["device"] for e in after_resume if e["event"] == "device-start"}
+    restarted = {e.device for e in after_resume if e.event == "device-start"}
     assert restarted.isdisjoint(done_before) and len(restarted | done_before) == 20
     for device in twenty:
         assert current_of(device, "fleet") == releases[TARGETS[device.arch]], device.name

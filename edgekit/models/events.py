@@ -1,0 +1,114 @@
+"""Events of a fleet rollout: what its journal records, one JSON line each, and what progress
+callbacks receive. One class per kind, told apart by `event` (the JSONL key journals have
+always used, so journals written before these classes read back unchanged)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+import pydantic
+
+from edgekit.config.schema_base import Frozen
+
+
+def _now() -> float:
+    return round(time.time(), 3)
+
+
+class _Event(Frozen):
+    ts: float = pydantic.Field(default_factory=_now)
+
+
+class BuildStarted(_Event):
+    """Building the recipe for one target profile (progress only: not journaled)."""
+
+    event: Literal["build"] = "build"
+    target: str
+
+
+class RolloutStarted(_Event):
+    event: Literal["start"] = "start"
+    rollout: str
+    waves: tuple[tuple[str, ...], ...]
+
+
+class RolloutResumed(_Event):
+    event: Literal["resume"] = "resume"
+    rollout: str
+
+
+class WaveStarted(_Event):
+    event: Literal["wave-start"] = "wave-start"
+    wave: int                                   # 1-based
+    devices: tuple[str, ...]
+
+
+class DeviceStarted(_Event):
+    event: Literal["device-start"] = "device-start"
+    device: str
+    wave: int
+    previous: str | None                        # current release before the rollout
+
+
+class DeviceStep(_Event):
+    event: Literal["device-step"] = "device-step"
+    device: str
+    step: str                                   # a deploy stage: preflight, upload, …
+
+
+class DeviceDone(_Event):
+    event: Literal["device-done"] = "device-done"
+    device: str
+    wave: int
+    status: Literal["updated", "unchanged", "failed"]
+    reason: str = ""
+    failure: str = ""                           # error class: DeviceUnreachable, …
+    previous: str | None = None
+    seconds: float = 0.0
+    p90_before_ms: float | None = None
+    p90_after_ms: float | None = None
+
+
+class WaveDone(_Event):
+    event: Literal["wave-done"] = "wave-done"
+    wave: int
+    failed: int
+    halted: bool
+
+
+class Halted(_Event):
+    event: Literal["halt"] = "halt"
+    wave: int
+    rollback: Literal["none", "wave", "all"]
+    reason: str
+
+
+class DeviceRolledBack(_Event):
+    event: Literal["device-rollback"] = "device-rollback"
+    device: str
+    status: Literal["rolled-back", "rollback-failed"]
+    to: str | None
+    reason: str = ""
+
+
+class Interrupted(_Event):
+    event: Literal["interrupted"] = "interrupted"
+
+
+class Finished(_Event):
+    event: Literal["finished"] = "finished"
+    status: Literal["completed", "halted"]
+
+
+RolloutEvent = Annotated[
+    BuildStarted | RolloutStarted | RolloutResumed | WaveStarted | DeviceStarted | DeviceStep
+    | DeviceDone | WaveDone | Halted | DeviceRolledBack | Interrupted | Finished,
+    pydantic.Field(discriminator="event")]
+
+EVENTS: pydantic.TypeAdapter[RolloutEvent] = pydantic.TypeAdapter(RolloutEvent)
+
+
+def parse_event(line: str) -> RolloutEvent:
+    """One journal line → its event (pydantic.ValidationError if it is not one)."""
+    return EVENTS.validate_json(line)

@@ -1,0 +1,110 @@
+"""What device code needs from a device: the `Transport` protocol, and its plain records.
+
+Two implementations: `ssh.Connection` (paramiko, a real device) and `local.LocalTransport` (a
+directory on this machine acting as the device user's home, running the same shims as real
+processes). Device code depends on this protocol only.
+
+Contract shared by both: remote paths are relative to the device user's home (or absolute);
+an absent path is an answer for reads (`read_text`, `readlink`, `listdir` return None); every
+other failure is a typed `DeviceError` — `DeviceUnreachable` when the device stopped answering
+(connection lost, a transfer stalled), `RemoteCommandFailed` when it answered with a failure
+(a command's exit status, a file operation refused). No foreign exception crosses it.
+"""
+
+from __future__ import annotations
+
+import errno as errnos
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Self
+
+from edgekit.errors import RemoteCommandFailed
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """One directory entry on the device."""
+
+    name: str
+    mtime: float
+
+
+class Transport(Protocol):
+    """One open session with a device; a context manager (closing it ends the session)."""
+
+    @property
+    def where(self) -> str:
+        """The device as errors and reports name it: user@host[:port], or local:/dir."""
+        ...
+
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+            stdin: bytes | None = None, check: bool = True,
+            what: str = "remote command failed") -> RemoteResult:
+        """Run argv (never a shell string) in the home directory. A non-zero exit raises
+        RemoteCommandFailed(`what`) if `check`; running past `timeout` raises it with 124."""
+        ...
+
+    def put(self, local: Path, remote: str) -> int:
+        """Upload a file (complete when this returns); returns the bytes sent."""
+        ...
+
+    def get(self, remote: str, local: Path) -> None:
+        ...
+
+    def read_text(self, remote: str) -> str | None:
+        """A small file's text (UTF-8, undecodable bytes replaced); None if it does not exist."""
+        ...
+
+    def append_text(self, remote: str, text: str) -> None:
+        ...
+
+    def readlink(self, remote: str) -> str | None:
+        """A symlink's target; None if there is no such path."""
+        ...
+
+    def listdir(self, remote: str) -> list[RemoteEntry] | None:
+        """The directory's entries (unordered); None if it does not exist."""
+        ...
+
+    def mkdirs(self, remote: str) -> None:
+        """mkdir -p."""
+        ...
+
+    def rename(self, old: str, new: str) -> None:
+        """rename(2): replaces `new` atomically (a file, or an empty directory)."""
+        ...
+
+    def chmod(self, remote: str, mode: int) -> None:
+        ...
+
+    def close(self) -> None:
+        ...
+
+    def __enter__(self) -> Self:
+        ...
+
+    def __exit__(self, *exc: object) -> None:
+        ...
+
+
+def file_op_failed(where: str, op: str, paths: Sequence[str], exc: OSError,
+                   hint: str | None = None) -> RemoteCommandFailed:
+    """A file operation the device refused (no such file, permission, disk full, …)."""
+    code = exc.errno or 1
+    reason = exc.strerror or str(exc) or errnos.errorcode.get(code, type(exc).__name__)
+    return RemoteCommandFailed(f"{op} failed: {reason}", where=where, argv=[op, *paths],
+                               returncode=code, stderr_tail=reason, hint=hint)

@@ -1,0 +1,138 @@
+"""A device that is a directory on this machine: `LocalTransport(root)`.
+
+The directory plays the device user's home: `~/…` and relative remote paths land under it, and
+commands run as real processes (through `/bin/sh -c`, as sshd runs them) with HOME and the
+working directory set to it — so the shims, the provisioned IREE tools and the deploy layout
+are exactly those of an SSH device, minus SSH. What it reports (the probe, the benchmarks) is
+this machine's. Used for fast tests of deploy, rollback and fleet logic, and by
+`--host local:/dir`. OS errors become the same typed errors as over SSH (transport.base).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from edgekit.errors import DeviceUnreachable, RemoteCommandFailed
+from edgekit.transport.base import (DEFAULT_TIMEOUT_S, RemoteEntry, RemoteResult,
+                                    file_op_failed)
+
+
+class LocalTransport:
+    """A `Transport` to the directory `root` (which must exist: it is the device)."""
+
+    def __init__(self, root: Path, name: str | None = None):
+        self.root = Path(root).absolute()
+        self._where = name or f"local:{self.root}"
+        self._closed = False
+        if not self.root.is_dir():
+            raise DeviceUnreachable(f"no device directory {self.root}", where=self._where,
+                                    hint="a local device is an existing directory (its home)")
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    def __enter__(self) -> "LocalTransport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+
+    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+            stdin: bytes | None = None, check: bool = True,
+            what: str = "remote command failed") -> RemoteResult:
+        self._check_open()
+        command = shlex.join(argv)
+        # a login's environment, not edgekit's own settings (EDGEKIT_DRIVER steers bench.sh)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEKIT_")}
+        env.update(HOME=str(self.root), PWD=str(self.root))
+        try:
+            proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=self.root, env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise DeviceUnreachable(f"cannot start a process in {self.root}: {exc}",
+                                    where=self.where) from None
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the shim and what it started
+            out, err = proc.communicate()
+            raise RemoteCommandFailed(f"timed out after {timeout:.0f} s", where=self.where,
+                                      argv=[command], returncode=124,
+                                      stderr_tail=err.decode(errors="replace")) from None
+        result = RemoteResult(proc.returncode, out, err)
+        if check and proc.returncode != 0:
+            raise RemoteCommandFailed(what, where=self.where, argv=list(argv),
+                                      returncode=proc.returncode,
+                                      stderr_tail=(err or out).decode(errors="replace")[-3000:])
+        return result
+
+    def put(self, local: Path, remote: str) -> int:
+        self._file_op("upload", [str(local), remote],
+                      lambda: shutil.copyfile(local, self._path(remote)))
+        return local.stat().st_size
+
+    def get(self, remote: str, local: Path) -> None:
+        self._file_op("download", [remote, str(local)],
+                      lambda: shutil.copyfile(self._path(remote), local))
+
+    def read_text(self, remote: str) -> str | None:
+        data = self._file_op("read", [remote], self._path(remote).read_bytes, absent_ok=True)
+        return None if data is None else data.decode(errors="replace")
+
+    def append_text(self, remote: str, text: str) -> None:
+        def append() -> None:
+            with self._path(remote).open("ab") as f:
+                f.write(text.encode())
+        self._file_op("append", [remote], append)
+
+    def readlink(self, remote: str) -> str | None:
+        return self._file_op("readlink", [remote], lambda: os.readlink(self._path(remote)),
+                             absent_ok=True)
+
+    def listdir(self, remote: str) -> list[RemoteEntry] | None:
+        def entries() -> list[RemoteEntry]:
+            with os.scandir(self._path(remote)) as it:
+                return [RemoteEntry(e.name, e.stat(follow_symlinks=False).st_mtime) for e in it]
+        return self._file_op("listdir", [remote], entries, absent_ok=True)
+
+    def mkdirs(self, remote: str) -> None:
+        self._file_op("mkdir", [remote],
+                      lambda: self._path(remote).mkdir(parents=True, exist_ok=True))
+
+    def rename(self, old: str, new: str) -> None:
+        self._file_op("rename", [old, new], lambda: os.rename(self._path(old), self._path(new)))
+
+    def chmod(self, remote: str, mode: int) -> None:
+        self._file_op("chmod", [oct(mode), remote], lambda: os.chmod(self._path(remote), mode))
+
+    def _path(self, remote: str) -> Path:
+        if remote == "~" or remote.startswith("~/"):
+            remote = remote[2:]
+        path = Path(remote)
+        return path if path.is_absolute() else self.root / path
+
+    def _file_op(self, op: str, paths: list[str], action, *, absent_ok: bool = False):
+        self._check_open()
+        try:
+            return action()
+        except FileNotFoundError as exc:
+            if absent_ok:
+                return None
+            raise file_op_failed(self.where, op, paths, exc) from None
+        except OSError as exc:
+            raise file_op_failed(self.where, op, paths, exc) from None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DeviceUnreachable("the connection to the device is closed", where=self.where)

@@ -1,0 +1,147 @@
+"""Fleet rollouts over devices that are directories here: waves, a failing device halting its
+wave, rollback on halt, the latency gate, and a rollout killed mid-way then resumed."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from edgekit.config.fleet import load_fleet
+from edgekit.device.deploy import release_id
+from edgekit.fleet.journal import read_events, rollouts_dir
+from edgekit.fleet.rollout import UpdateOptions, resume, update
+from edgekit.fleet.status import fleet_status
+from edgekit.models import events as ev
+from tests.local.conftest import APP, RECIPE, current_of
+
+pytestmark = pytest.mark.local
+
+
+def fleet_file(tmp_path, count: int, rollout: str = "", hooks: str = ""):
+    """`count` local devices d1…dN (directories next to the fleet file), target host."""
+    lines = ["devices:"]
+    for i in range(1, count + 1):
+        (tmp_path / "devices" / f"d{i}").mkdir(parents=True, exist_ok=True)
+        lines.append(f"  d{i}: {{host: 'local:devices/d{i}', target: host}}")
+    path = tmp_path / "fleet.yaml"
+    path.write_text("\n".join(lines) + "\n" + (f"rollout: {rollout}\n" if rollout else "")
+                    + hooks)
+    return path
+
+
+def roll(fleet, bundle, on_event=None, **policy):
+    return update(UpdateOptions(fleet=fleet, recipe=RECIPE, policy=policy),
+                  build_for=lambda target: bundle, on_event=on_event)
+
+
+def root(tmp_path, name):
+    return tmp_path / "devices" / name
+
+
+def test_a_fleet_updates_in_waves_canary_first_and_reports_its_status(tmp_path, v1):
+    fleet = fleet_file(tmp_path, 4, rollout="{canary: 1, waves: [50%, 100%]}")
+    seen = []
+    result = roll(fleet, v1, on_event=seen.append)
+    assert result.status == "completed"
+    assert [w.devices for w in result.waves] == [("d1",), ("d2", "d3"), ("d4",)]
+    assert all(d.status == "updated" and d.previous is None for d in result.devices)
+    assert all(current_of(root(tmp_path, f"d{i}")) == release_id(v1) for i in range(1, 5))
+    kinds = [type(e) for e in seen]
+    assert kinds[:2] == [ev.BuildStarted, ev.RolloutStarted] and kinds[-1] is ev.Finished
+    assert kinds.count(ev.DeviceDone) == 4 and kinds.count(ev.WaveDone) == 3
+    # each device: preflight before upload, validation before activation
+    steps = [e.step for e in seen if isinstance(e, ev.DeviceStep) and e.device == "d2"]
+    assert steps == ["preflight", "provision", "upload", "validate", "activate"]
+    rows = fleet_status(load_fleet(fleet), APP)
+    assert all(r["reachable"] and r["current"] == release_id(v1) and r["built_for"] == "host"
+               and r["last_validation"]["ok"] for r in rows), rows
+
+
+@pytest.mark.parametrize("scope", ["wave", "all"])
+def test_an_unreachable_device_halts_its_wave_and_rollback_on_halt_restores_the_others(
+        tmp_path, v1, v2, scope):
+    fleet = fleet_file(tmp_path, 4, rollout="{canary: 1, waves: [100%], max_p90_ratio: null}")
+    roll(fleet, v1)
+    shutil.rmtree(root(tmp_path, "d3"))  # the device is gone
+    result = roll(fleet, v2, rollback_on_halt=scope)
+    assert result.status == "halted" and result.rolled_back == scope
+    status = {d.device: d for d in result.devices}
+    assert status["d3"].status == "failed" and status["d3"].failure == "DeviceUnreachable"
+    assert status["d2"].status == status["d4"].status == "rolled-back"
+    assert status["d1"].status == ("rolled-back" if scope == "all" else "updated")
+    old, new = release_id(v1), release_id(v2)
+    assert [current_of(root(tmp_path, n)) for n in ("d1", "d2", "d4")] == \
+        [old if scope == "all" else new, old, old]
+    assert result.waves[1].failed == 1 and result.waves[1].halted
+
+
+def test_failures_within_max_fail_do_not_halt(tmp_path, v1):
+    fleet = fleet_file(tmp_path, 3, rollout="{canary: 1, waves: [100%], max_fail: 1}")
+    shutil.rmtree(root(tmp_path, "d2"))
+    result = roll(fleet, v1)
+    assert result.status == "completed"
+    assert [d.status for d in result.devices] == ["updated", "failed", "updated"]
+
+
+def test_a_failing_health_hook_fails_the_device_and_keeps_its_release(tmp_path, v1, v2):
+    # the health check fails only where the device says it is unhealthy
+    hooks = "hooks: {health: 'test ! -f \"$HOME/unhealthy\"'}\n"
+    fleet = fleet_file(tmp_path, 2, rollout="{canary: 1, waves: [100%], max_p90_ratio: null}",
+                       hooks=hooks)
+    roll(fleet, v1)
+    (root(tmp_path, "d2") / "unhealthy").touch()
+    result = roll(fleet, v2)
+    assert result.status == "halted"
+    assert [(d.status, d.failure) for d in result.devices] == \
+        [("updated", ""), ("failed", "HealthGateFailed")]
+    assert current_of(root(tmp_path, "d2")) == release_id(v1)
+
+
+def test_the_latency_gate_benchmarks_both_releases_on_the_device(tmp_path, v1, v2):
+    fleet = fleet_file(tmp_path, 1, rollout="{max_p90_ratio: 20, gate_rounds: 2}")
+    roll(fleet, v1)
+    result = roll(fleet, v2)
+    device = result.devices[0]
+    assert device.status == "updated", device.reason
+    assert device.p90_before_ms > 0 and device.p90_after_ms > 0
+
+
+def test_a_killed_rollout_resumes_without_redoing_finished_devices(tmp_path, v1):
+    fleet = fleet_file(tmp_path, 5, rollout="{canary: 1, waves: [1], concurrency: 1}",
+                       hooks="hooks: {after_activate: 'sleep 0.5'}\n")
+    known = set(rollouts_dir().glob("*")) if rollouts_dir().is_dir() else set()
+    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", "fleet", "update",
+                             "--fleet", str(fleet), "--recipe", str(RECIPE)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=dict(os.environ))
+    directory, deadline = None, time.monotonic() + 120
+    while time.monotonic() < deadline:
+        new = (set(rollouts_dir().glob("*")) if rollouts_dir().is_dir() else set()) - known
+        if new:
+            directory = new.pop()
+            if sum(isinstance(e, ev.DeviceDone) for e in read_events(directory)) >= 2:
+                break
+        assert proc.poll() is None, proc.stderr.read().decode()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    events = read_events(directory)
+    done_before = {e.device for e in events if isinstance(e, ev.DeviceDone)}
+    assert 2 <= len(done_before) < 5
+    release = release_id(v1)
+    for name in ("d1", "d2", "d3", "d4", "d5"):  # on the old release or the new, nothing else
+        assert current_of(root(tmp_path, name)) in (None, release)
+        if name in done_before:
+            assert current_of(root(tmp_path, name)) == release
+
+    result = resume(directory.name)
+    assert result.status == "completed"
+    assert all(d.status == "updated" for d in result.devices)
+    restarted = {e.device for e in read_events(directory)[len(events):]
+                 if isinstance(e, ev.DeviceStarted)}
+    assert restarted.isdisjoint(done_before) and len(restarted | done_before) == 5
+    assert all(current_of(root(tmp_path, f"d{i}")) == release for i in range(1, 6))

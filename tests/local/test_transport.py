@@ -1,0 +1,81 @@
+"""The local transport: real processes in a directory that plays the device's home, and the
+same typed errors as over SSH."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from edgekit.device.probe import probe
+from edgekit.errors import DeviceUnreachable, RemoteCommandFailed
+from edgekit.transport import open_device
+from edgekit.transport.local import LocalTransport
+
+pytestmark = pytest.mark.local
+
+
+def test_commands_run_as_real_processes_in_the_devices_home(make_device):
+    device = make_device()
+    result = device.run(["sh", "-c", 'echo "$HOME"; pwd; echo "$0" >&2', "ok"])
+    assert result.text.splitlines() == [str(device.root)] * 2 and result.stderr == b"ok\n"
+    assert device.run(["false"], check=False).returncode == 1
+    with pytest.raises(RemoteCommandFailed) as err:
+        device.run(["sh", "-c", "echo broken >&2; exit 7"], what="the step failed")
+    assert (err.value.returncode, err.value.where) == (7, device.where)
+    assert "broken" in err.value.stderr_tail
+
+
+def test_a_command_past_its_timeout_is_killed_with_everything_it_started(make_device):
+    device = make_device()
+    with pytest.raises(RemoteCommandFailed, match="timed out") as err:
+        device.run(["sh", "-c", "sleep 30 & echo $! > child; wait"], timeout=1)
+    assert err.value.returncode == 124
+    child = Path(f"/proc/{(device.root / 'child').read_text().strip()}/stat")
+    assert not child.exists() or child.read_text().split(")")[1].split()[0] == "Z"  # reaped or dead
+
+
+def test_file_operations_map_home_paths_and_absence_is_an_answer(make_device, tmp_path):
+    device = make_device()
+    device.mkdirs(".edgekit/apps/a")
+    device.append_text("~/.edgekit/apps/a/journal.jsonl", "one\n")
+    device.append_text(".edgekit/apps/a/journal.jsonl", "two\n")
+    assert device.read_text(".edgekit/apps/a/journal.jsonl") == "one\ntwo\n"
+    assert [e.name for e in device.listdir(".edgekit/apps")] == ["a"]
+    assert (device.read_text("nope"), device.readlink("nope"), device.listdir("nope")) == \
+        (None, None, None)
+    local = tmp_path / "x"
+    local.write_bytes(b"payload")
+    assert device.put(local, ".edgekit/x.partial") == 7
+    device.chmod(".edgekit/x.partial", 0o755)
+    device.rename(".edgekit/x.partial", ".edgekit/x")
+    assert (device.root / ".edgekit" / "x").stat().st_mode & 0o777 == 0o755
+    with pytest.raises(RemoteCommandFailed, match="download failed") as err:
+        device.get(".edgekit/missing", tmp_path / "y")
+    assert err.value.where == device.where
+
+
+def test_a_device_directory_that_is_gone_is_unreachable(tmp_path):
+    with pytest.raises(DeviceUnreachable):
+        open_device(f"local:{tmp_path / 'gone'}")
+    device = LocalTransport(tmp_path)
+    device.close()
+    with pytest.raises(DeviceUnreachable):
+        device.run(["true"])
+
+
+def test_the_probe_reports_this_machines_facts(make_device):
+    info = probe(make_device())
+    assert info.arch == os.uname().machine and info.cores >= 1 and info.free_kb > 0
+
+
+def test_both_transports_have_every_operation_of_the_protocol():
+    import inspect
+    from edgekit.transport import Connection, Transport
+    wanted = {name: inspect.signature(member) for name, member in vars(Transport).items()
+              if callable(member) and (not name.startswith("_") or name in ("__enter__",
+                                                                          "__exit__"))}
+    for cls in (Connection, LocalTransport):
+        for name, signature in wanted.items():
+            mine = inspect.signature(getattr(cls, name))
+            assert list(mine.parameters) == list(signature.parameters), (cls, name)
+        assert isinstance(getattr(cls, "where"), property)
