@@ -306,11 +306,10 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
 @handle_errors
 def probe(host: str, identity: Path | None, as_json: bool) -> None:
     """What a device is: arch, CPU, memory, disk, OS, Vulkan, NPUs, runtimes."""
-    from edgekit.config.devices import resolve_device
     from edgekit.device.probe import probe as run_probe
-    from edgekit.transport.ssh import connect
-    address, key = resolve_device(host, identity)
-    with connect(address, key) as conn:
+    from edgekit.transport import open_device
+    with open_device(host, identity) as conn:
+        address = conn.where
         info = run_probe(conn)
     if as_json:
         render.emit_json({"device": str(address), **info.model_dump(mode="json")})
@@ -325,15 +324,14 @@ def probe(host: str, identity: Path | None, as_json: bool) -> None:
 @handle_errors
 def provision(host: str, target: str | None, identity: Path | None) -> None:
     """Install the IREE runtime tools (the compiler's version) and the shims on a device."""
-    from edgekit.config.devices import resolve_device
     from edgekit.device.probe import probe as run_probe
     from edgekit.device.provision import provision as run_provision
-    from edgekit.transport.ssh import connect
+    from edgekit.transport import open_device
     if target:
         from edgekit.config.profiles import load_target
         load_target(target)
-    address, key = resolve_device(host, identity)
-    with connect(address, key) as conn:
+    with open_device(host, identity) as conn:
+        address = conn.where
         result = run_provision(conn, run_probe(conn))
     state = (f"installed {len(result.uploaded)} file(s), {result.uploaded_bytes:,} bytes"
              if result.uploaded else "already up to date")
@@ -349,13 +347,12 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
 @handle_errors
 def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     """Releases of an app on a device, newest first; * marks current."""
-    from edgekit.config.devices import resolve_device
     from edgekit.device.releases import describe_releases
     from edgekit.config.address import safe_name
-    from edgekit.transport.ssh import connect
+    from edgekit.transport import open_device
     safe_name(app, "app")
-    address, key = resolve_device(host, identity)
-    with connect(address, key) as conn:
+    with open_device(host, identity) as conn:
+        address = conn.where
         infos = describe_releases(conn, app)
     if as_json:
         render.emit_json([vars(i) for i in infos])
@@ -372,19 +369,18 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
 @handle_errors
 def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None:
     """Make the previously activated release current again (atomic switch)."""
-    from edgekit.config.devices import resolve_device
     from edgekit.device.probe import probe as run_probe
     from edgekit.device.provision import needs_provisioning, provision as run_provision, \
         shim_version
     from edgekit.device.layout import shims_dir
     from edgekit.device.releases import rollback as run_rollback
     from edgekit.config.address import safe_name
-    from edgekit.transport.ssh import connect
+    from edgekit.transport import open_device
     safe_name(app, "app")
     if to:
         safe_name(to, "release")
-    address, key = resolve_device(host, identity)
-    with connect(address, key) as conn:
+    with open_device(host, identity) as conn:
+        address = conn.where
         info = run_probe(conn)
         if needs_provisioning(info):
             run_provision(conn, info)
