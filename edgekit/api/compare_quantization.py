@@ -21,6 +21,7 @@ from edgekit.models.bundle import Bundle, QuantizationNote
 from edgekit.api.build import BuildOptions, build
 from edgekit.pipeline.build import default_out
 from edgekit.tune.tuner import bench_local, runs_here
+from edgekit.device.trial import trial_on_device
 
 MODES = ("none", "int8", "int8-weights", "fp16")
 
@@ -93,7 +94,6 @@ def _skip_reason(recipe: Recipe, mode: str) -> str:
 
 def _measure_on_device(built: list[ModeResult], host: str, identity: Path | None, rounds: int,
                        repetitions: int, say: Callable[[str], None]) -> None:
-    from edgekit.device.trial import trial_on_device
     if not built:
         return
     with trial_on_device(host, identity, [r.bundle for r in built], say) as trial:

@@ -22,6 +22,7 @@ from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
+from edgekit.config.profiles import host_arch
 
 log = logging.getLogger("edgekit.compile")
 
@@ -177,7 +178,6 @@ class RemoteRunner(Runner):
 
 
 def make_runner(bundle: Bundle, graph: int, device: str | None, identity: str | None) -> Runner:
-    from edgekit.config.profiles import host_arch
     m = bundle.manifest
     if device:
         stats = CallStats(graph, device)

@@ -28,6 +28,7 @@ from edgekit.toolchain.versions import package_version
 from edgekit.config.address import safe_name
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
+from edgekit.device.history import store
 
 BUSY_PCT = 30.0               # CPU busy share right before a run above which timings are suspect
 HOT_C = 80.0
@@ -61,7 +62,6 @@ def run_bench(options: BenchOptions,
     total = len(options.hosts) * len(options.threads) * options.rounds
     done = 0
     results: list[BenchResult] = []
-    from edgekit.device.history import store
     for host in options.hosts:
         with open_device(host, options.identity) as conn:
             info = probe(conn)

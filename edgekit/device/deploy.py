@@ -26,7 +26,7 @@ from edgekit.device.releases import activate, current_release, journal_event, pr
 from edgekit.config.recipe import Hooks
 from edgekit.errors import DeviceIncompatible, HealthGateFailed, ValidationFailed
 from edgekit.models.bundle import MANIFEST, Bundle, sha256_file
-from edgekit.models.report import ValidationReport
+from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.config.address import safe_name
 from edgekit.transport.base import Transport
 from edgekit.validate.compare import compare_output
@@ -250,7 +250,6 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
 
 
 def _run_failed(name: str, expected: np.ndarray, stderr: bytes):
-    from edgekit.models.report import OutputComparison
     tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
     return OutputComparison(name=name, shape=tuple(expected.shape), max_abs_error=float("inf"),
                             max_rel_error=float("inf"), cosine=float("nan"), ok=False,

@@ -13,9 +13,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgekit.device import layout
+from edgekit.device.bench import RoundConfig, bench_round
+from edgekit.device.deploy import release_id, upload_release, validate_on_device
+from edgekit.device.probe import probe
+from edgekit.device.provision import needs_provisioning, provision, shim_version
+from edgekit.device.releases import list_releases
 from edgekit.models.bundle import Bundle
+from edgekit.toolchain.iree import driver_for_threads
+from edgekit.transport import open_device
 from edgekit.transport.base import Transport
-
 
 @dataclass
 class DeviceTrial:
@@ -26,9 +33,6 @@ class DeviceTrial:
 
     def run_round(self, bundle: Bundle, threads: int, repetitions: int) -> list[float]:
         """Per-call ms of one iree-benchmark-module process on the device (golden inputs)."""
-        from edgekit.device.bench import RoundConfig, bench_round
-        from edgekit.device.deploy import release_id
-        from edgekit.toolchain.iree import driver_for_threads
         m = bundle.manifest
         config = RoundConfig(repetitions=repetitions, threads=threads, warmup=3,
                              conditions=False,
@@ -41,12 +45,6 @@ def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
                     say: Callable[[str], None] = lambda _: None) -> Iterator[DeviceTrial]:
     """Upload and validate every bundle on `host`; yields the trial (its `problems` say which
     validated); removes the releases it added when the block ends."""
-    from edgekit.device import layout
-    from edgekit.device.deploy import release_id, upload_release, validate_on_device
-    from edgekit.device.probe import probe
-    from edgekit.device.provision import needs_provisioning, provision, shim_version
-    from edgekit.device.releases import list_releases
-    from edgekit.transport import open_device
     with open_device(host, identity) as conn:
         address = conn.where
         info = probe(conn)
