@@ -3,9 +3,10 @@
 Each captured FX graph becomes a CompiledGraph. It compiles one *variant* per concrete input
 signature: dynamo marks a dimension dynamic after it has seen two sizes and then passes SymInt
 arguments; we specialize each size seen (IREE modules here are static-shaped), so recompiling on
-new shapes works as users expect. A variant goes through the same stages as `edgekit build`
-(torch.export → torch-mlir → IREE → bundle with golden outputs from eager) and the same
-content-addressed cache, then runs through a generated Python wrapper (see inspect.py).
+new shapes works as users expect. A variant is exported by the PyTorch frontend (golden outputs
+from eager), then goes through `edgekit build`'s BACK stages (rewrite → torch-mlir → IREE →
+bundle) under the same cache key function, then runs through a generated Python wrapper (see
+inspect.py).
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from edgekit.compile.runners import Runner, make_runner
 from edgekit.compile.settings import CompileSettings, resolve_settings
 from edgekit.config.recipe import Validation
 from edgekit.config.profiles import Target, load_target
-from edgekit.models.bundle import Bundle, load_bundle
-from edgekit.pipeline.cache import BuildCache, cache_key
-from edgekit.pipeline.export import exported_with_golden
-from edgekit.pipeline.lower import import_module, lower_and_compile
-from edgekit.pipeline.package import BundleIdentity, package_bundle
-from edgekit.pipeline.rewrite import rewrite_graph
-from edgekit.toolchain.versions import toolchain_versions
+from edgekit.models.bundle import Bundle, QuantizationNote, load_bundle
+from edgekit.pipeline.build import BACK, BackContext, build_key
+from edgekit.pipeline.cache import BuildCache
+from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.frontends.torch import TorchFrontend
+from edgekit.pipeline.package import BundleIdentity
+from edgekit.pipeline.stages import run_plan
 
 _GRAPH_COUNTER = itertools.count()
+_TORCH = TorchFrontend()
 # Graph modules dynamo captures compute in float32 unless told otherwise; compiled kernels may
 # reassociate, so a graph is accepted on the device a little more loosely than a recipe's default.
 GRAPH_TOLERANCE = Validation(atol=1e-4, rtol=1e-3, min_cosine=0.999)
@@ -129,8 +131,7 @@ class CompiledGraph:
         program = torch.export.export(module, tensors)
         samples = tuple(t.contiguous().cpu().numpy() for t in tensors)
         names = tuple(f"arg{i}" for i in positions)
-        exported = exported_with_golden(program, module, samples, names,
-                                        [s.shape for s in samples])
+        exported = _TORCH.exported(program, module, samples, names, [s.shape for s in samples])
         bundle = self._bundle(exported)
         runner = make_runner(bundle, self.index, self.settings.device, self.settings.identity)
         from edgekit.compile.inspect import wrapper_source
@@ -140,25 +141,24 @@ class CompiledGraph:
         return Variant(signature, positions, bundle, program, program.call_spec.out_spec,
                        runner, source, scope["call"])
 
-    def _bundle(self, exported) -> Bundle:
-        """Build (or take from the cache) the bundle for one variant."""
+    def _bundle(self, exported: ExportedModel) -> Bundle:
+        """Build (or take from the cache) the bundle for one variant: `edgekit build`'s BACK
+        stages and key, with the settings where a build has its recipe."""
         s = self.settings
-        key = cache_key({"graph": exported.digest, "target": self.target.model_dump(
-            mode="json", exclude={"source"}), "lowering": s.lowering, "flags": list(s.flags),
-            "toolchain": toolchain_versions(), "kind": "torch.compile graph"})
+        key = build_key({"kind": "torch.compile graph", "lowering": s.lowering,
+                         "flags": list(s.flags)}, self.target, exported)
         cache = BuildCache()
         entry = cache.lookup(key)
         if entry is None:
+            def identity(quantization: QuantizationNote | None) -> BundleIdentity:
+                return BundleIdentity(app=f"graph-{key[:12]}",
+                                      model_source=f"torch.compile graph {self.index}",
+                                      recipe_digest="", tolerances=GRAPH_TOLERANCE)
             workdir = Path(tempfile.mkdtemp(prefix="edgekit-graph-"))
             try:
-                repro = workdir / "reproducer"
-                imported = import_module(rewrite_graph(exported, s.flags), repro)
-                compiled = lower_and_compile(imported, self.target, s.lowering, s.flags,
-                                             workdir, repro)
-                identity = BundleIdentity(app=f"graph-{key[:12]}",
-                                          model_source=f"torch.compile graph {self.index}",
-                                          recipe_digest="", tolerances=GRAPH_TOLERANCE)
-                bundle = package_bundle(compiled, identity, self.target, workdir / "bundle")
+                ctx = BackContext(self.target, s.lowering, s.flags, identity, workdir,
+                                  workdir / "bundle", reproducer_dir=workdir / "reproducer")
+                bundle = run_plan(BACK, ctx, exported, timings={})
                 entry = cache.store(key, bundle.path)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)

@@ -7,6 +7,8 @@ that ship with edgekit.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
 import re
@@ -110,6 +112,16 @@ class Target(Frozen):
         if not self.lowering:
             raise ValueError("`lowering` must list at least one of: " + ", ".join(LOWERINGS))
         return self
+
+    def profile(self) -> dict:
+        """The profile as it decides a module's bytes: without the file it came from and what
+        `edgekit tune` tries (the manifest records this)."""
+        return self.model_dump(mode="json", exclude={"source", "tune"})
+
+    def fingerprint(self) -> str:
+        """The target's identity in every cache and store (builds, torch.compile graphs, tuning
+        records, check verdicts): sha256 of the profile's canonical JSON."""
+        return hashlib.sha256(json.dumps(self.profile(), sort_keys=True).encode()).hexdigest()
 
 
 def host_arch() -> str:

@@ -1,12 +1,14 @@
 """`edgekit build`: recipe + target profile → bundle, through a checked stage plan and the cache.
 
-Plan: load → export (then the cache is consulted with the model's digest) → import →
-lower+compile → package. A cache hit skips the last three, which hold nearly all the time.
+Plan: FRONT (load → export → quantize, by the recipe's frontend), then the cache is consulted
+with the model's digest; BACK (rewrite → import → lower+compile → check quantization →
+package) runs on a miss and holds nearly all the time. BACK reads no recipe: torch.compile
+graphs (compile/backend.py) go through it and through the same key.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import shutil
 import tempfile
 import time
@@ -14,20 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.config.recipe import ModelSource, Quantize, Recipe, load_recipe
+from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.config.profiles import Target, load_target
-from edgekit.errors import ConfigError
-from edgekit.models.bundle import (Bundle, TuningNote, load_bundle, sha256_file, write_manifest,
-                                   write_tar)
+from edgekit.models.bundle import (Bundle, QuantizationNote, TuningNote, load_bundle, sha256_file,
+                                   write_manifest, write_tar)
 from edgekit.pipeline.cache import BuildCache, cache_key
-from edgekit.pipeline.export import ExportedModel, export_model
-from edgekit.pipeline.load import LoadedModel, load_model
+from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.frontends.registry import frontend_for
+from edgekit.pipeline.load import LoadedModel
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
                                     import_module, lower_and_compile)
 from edgekit.pipeline.package import BundleIdentity, package_bundle
-from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
-from edgekit.pipeline.quantize.stage import quantize_model
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.versions import toolchain_versions
@@ -91,37 +91,44 @@ class BuildResult:
 
 
 @dataclass(frozen=True)
-class BuildContext:
-    recipe: Recipe
+class BackContext:
+    """What the BACK stages read besides the model: from a recipe (`edgekit build`) or from a
+    torch.compile graph's settings (compile/backend.py)."""
+
     target: Target
+    lowering: str                   # "auto" or one lowering
+    flags: tuple[str, ...]          # after the profile's (edgekit's own `--edgekit-…` too)
+    identity: Callable[[QuantizationNote | None], BundleIdentity]  # names the bundle
     workdir: Path
     bundle_dir: Path
     reproducer_dir: Path
     first_lowering: tuple[str, str] | None = None
 
 
-FRONT: tuple[Stage[BuildContext], ...] = (
-    Stage("load", Recipe, LoadedModel, lambda ctx, recipe: load_model(recipe)),
-    Stage("export", LoadedModel, ExportedModel, lambda ctx, loaded: export_model(ctx.recipe,
-                                                                                  loaded)),
+# The context of the FRONT stages is the recipe; its frontend comes from the recipe's `model:`
+# and travels on in the values (LoadedModel.frontend, ExportedModel.frontend).
+FRONT: tuple[Stage[Recipe], ...] = (
+    Stage("load", Recipe, LoadedModel,
+          lambda recipe, _: frontend_for(recipe.model).load(recipe)),
+    Stage("export", LoadedModel, ExportedModel,
+          lambda recipe, loaded: loaded.frontend.export(recipe, loaded)),
     Stage("quantize", ExportedModel, ExportedModel,
-          lambda ctx, exported: quantize_model(ctx.recipe, exported)),
+          lambda recipe, exported: exported.frontend.quantize(recipe, exported)),
 )
-BACK: tuple[Stage[BuildContext], ...] = (
+BACK: tuple[Stage[BackContext], ...] = (
     Stage("rewrite", ExportedModel, ExportedModel,
-          lambda ctx, exported: rewrite_graph(exported, ctx.recipe.compile.flags)),
+          lambda ctx, exported: exported.frontend.rewrite(exported, ctx.flags)),
     Stage("import", ExportedModel, ImportedModule,
           lambda ctx, exported: import_module(exported, ctx.reproducer_dir)),
     Stage("lower+compile", ImportedModule, CompiledModule,
-          lambda ctx, imported: lower_and_compile(imported, ctx.target, ctx.recipe.lowering,
-                                                  ctx.recipe.compile.flags, ctx.workdir,
+          lambda ctx, imported: lower_and_compile(imported, ctx.target, ctx.lowering,
+                                                  ctx.flags, ctx.workdir,
                                                   ctx.reproducer_dir, ctx.first_lowering)),
     Stage("check quantization", CompiledModule, CompiledModule,
           lambda ctx, compiled: check_quantized(compiled, ctx.target)),
     Stage("package", CompiledModule, Bundle,
           lambda ctx, compiled: package_bundle(
-              compiled, BundleIdentity.of(ctx.recipe, compiled.quantization), ctx.target,
-              ctx.bundle_dir)),
+              compiled, ctx.identity(compiled.quantization), ctx.target, ctx.bundle_dir)),
 )
 check_plan(FRONT, Recipe, ExportedModel)
 check_plan(BACK, ExportedModel, Bundle)
@@ -136,9 +143,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     timings: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
     try:
-        ctx = BuildContext(recipe, target, workdir, workdir / "bundle",
-                           reproducer_dir=out.parent / f"{out.name}.repro")
-        exported = run_plan(FRONT, ctx, recipe, timings, on_stage)
+        exported = run_plan(FRONT, recipe, recipe, timings, on_stage)
         steering = options.steer(exported.digest, target) if options.steer else Steering()
         variant, tuning = options.variant, None
         if variant is None and options.use_tuned and recipe.lowering == "auto" and \
@@ -148,8 +153,11 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         if variant is not None:
             recipe = variant.applied_to(recipe)
         first = steering.first_lowering if recipe.lowering == "auto" else None
-        ctx = dataclasses.replace(ctx, recipe=recipe, first_lowering=first)
-        key = build_key(recipe, target, exported, first)
+        ctx = BackContext(target, recipe.lowering, recipe.compile.flags,
+                          functools.partial(BundleIdentity.of, recipe), workdir,
+                          workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
+                          first_lowering=first)
+        key = build_key(recipe_origin(recipe), target, exported, first)
         cache = BuildCache()
         entry = cache.lookup(key) if options.use_cache else None
         cached = entry is not None
@@ -176,41 +184,28 @@ def with_quantize_mode(recipe: Recipe, mode: str | None) -> Recipe:
     settings ("none": the fp32 model)."""
     if mode is None:
         return recipe
-    if recipe.model.onnx:
-        return _onnx_variant(recipe, mode)
-    settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize else {}
-    quantize = None if mode == "none" else Quantize.model_validate({**settings, "mode": mode})
-    return recipe.model_copy(update={"quantize": quantize})
+    return frontend_for(recipe.model).with_quantize_mode(recipe, mode)
 
 
-def _onnx_variant(recipe: Recipe, mode: str) -> Recipe:
-    """ONNX models arrive quantized: "int8" is the (QDQ) model as it is, "none" the fp32 model
-    the recipe names in `quantize.float_model`."""
-    float_model = recipe.quantize.float_model if recipe.quantize else None
-    if mode == "int8":
-        return recipe
-    if mode == "none" and float_model:
-        return recipe.model_copy(update={"model": ModelSource(onnx=float_model),
-                                         "quantize": None})
-    raise ConfigError(f"no {mode} variant of an ONNX model: "
-                      + ("the recipe names no fp32 model" if mode == "none" else
-                         "ONNX models are quantized with onnxruntime before the build"),
-                      where=str(recipe.path), key="quantize",
-                      hint="set `quantize.float_model` to the fp32 .onnx" if mode == "none" else
-                           "make a QDQ model with onnxruntime's quantize_static")
+def recipe_origin(recipe: Recipe) -> dict:
+    """What a recipe adds to the build key: the recipe itself (lowering, flags, names,
+    tolerances) and its samples file (the golden inputs)."""
+    return {"recipe": recipe.model_dump(mode="json"),
+            "samples": sha256_file(recipe.resolve(recipe.samples)) if recipe.samples else None}
 
 
-def build_key(recipe: Recipe, target: Target, exported: ExportedModel,
+def build_key(origin: dict, target: Target, exported: ExportedModel,
               first_lowering: tuple[str, str] | None = None) -> str:
-    """Everything that decides the bundle's bytes (not its creation time)."""
+    """Everything that decides the bundle's bytes (not its creation time), for `edgekit build`
+    and torch.compile graphs alike. `origin`: what the BACK stages are told besides the model
+    and target (lowering, flags) and what names the bundle and sets its golden data."""
     return cache_key({
         "first_lowering": list(first_lowering) if first_lowering else None,
         "model": exported.digest,
+        "origin": origin,
         "quantization": (exported.quantization.model_dump(mode="json")
                          if exported.quantization else None),
-        "recipe": recipe.model_dump(mode="json"),
-        "samples": sha256_file(recipe.resolve(recipe.samples)) if recipe.samples else None,
-        "target": target.model_dump(mode="json", exclude={"source", "tune"}),
+        "target": target.fingerprint(),
         "toolchain": toolchain_versions(),
         "bundle_schema": 1,
     })

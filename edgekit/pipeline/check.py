@@ -1,10 +1,10 @@
 """`edgekit check MODEL --target T`: which operators make it through import, TOSA, Linalg and
 the target's compiler — per operator type, on the smallest module that holds one instance of it.
 
-For ONNX the op types are the graph's node types; for PyTorch, the ATen ops of the exported
-graph. Each op is cut out with its real input shapes (constant operands stay constants, so a
-Reshape keeps its shape) and taken through the stages separately, so one unsupported op does not
-hide the others. A failing op's module is saved as its reproducer.
+The model's frontend names the op types (for ONNX the graph's node types; for PyTorch, the ATen
+ops of the exported graph) and cuts each out with its real input shapes (constant operands stay
+constants, so a Reshape keeps its shape); each is taken through the stages separately, so one
+unsupported op does not hide the others. A failing op's module is saved as its reproducer.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from edgekit.config.profiles import Target
-from edgekit.pipeline.lower import save_reproducer
+from edgekit.pipeline.frontends.base import Frontend
+from edgekit.pipeline.lower import ImportedGraph, save_reproducer
 from edgekit.toolchain import iree, torch_mlir
 
 
@@ -42,7 +41,7 @@ class OpStatus:
 @dataclass
 class CheckReport:
     model: str
-    kind: str                          # "onnx" or "pytorch"
+    kind: str                          # the frontend's: "onnx" or "pytorch"
     target: str
     ops: list[OpStatus] = field(default_factory=list)
     whole_model: dict[str, bool] = field(default_factory=dict)  # lowering → lowers+compiles
@@ -98,158 +97,46 @@ def check_op(name: str, count: int, make_module, target: Target, repro_root: Pat
     return status
 
 
-def check_onnx(model, model_path: str, target: Target, repro_root: Path) -> CheckReport:
-    from edgekit.errors import QuantizationError
-    from edgekit.pipeline.quantize.onnx_qdq import qdq_summary
-    report = CheckReport(model=model_path, kind="onnx", target=target.name)
-    first: dict[str, object] = {}
-    counts = Counter()
-    for node in model.graph.node:
-        key = f"{node.domain + '.' if node.domain else ''}{node.op_type}"
-        counts[key] += 1
-        first.setdefault(key, node)
-    for op, node in first.items():
-        report.ops.append(check_op(op, counts[op], lambda n=node: torch_mlir.import_onnx(
-            _single_node_model(model, n)), target, repro_root))
-    try:
-        qdq = qdq_summary(model, model_path)
-    except QuantizationError as refused:  # QOperator: the build refuses it, whatever compiles
-        report.note = f"{refused.what}; {refused.hint}"
+def check_graph(frontend: Frontend, graph, model_path: str, target: Target,
+                repro_root: Path) -> CheckReport:
+    """Each op type of the frontend's graph, then the whole model through the lowerings a
+    build would try."""
+    report = CheckReport(model=model_path, kind=frontend.kind, target=target.name)
+    for op in frontend.op_modules(graph):
+        report.ops.append(check_op(op.op, op.count, op.make, target, repro_root))
+    scope = frontend.check_scope(graph, target, model_path)
+    report.note = scope.note
+    if not scope.lowerings:  # the build refuses the model, whatever compiles
         return report
-    if qdq is None or qdq.quantized == 0:
-        return _with_whole_model(report, lambda: torch_mlir.import_onnx_both(model), target,
-                                 target.lowering)
-    # int8 builds take the torch lowering only (IREE's ONNX input keeps them integer)
-    report.note = (f"QDQ int8 model: {qdq.quantized} of {qdq.contractions} contractions have "
-                   "quantized inputs; `lowering: auto` takes torch (IREE's ONNX input), the "
-                   "lowering that keeps them integer")
-    return _with_whole_model(report, lambda: torch_mlir.import_onnx_both(model), target,
-                             ("torch",))
+    return _with_whole_model(report, lambda: frontend.import_graph(graph), target,
+                             scope.lowerings)
 
 
-def check_program(program: torch.export.ExportedProgram, model_path: str, target: Target,
-                  repro_root: Path) -> CheckReport:
-    report = CheckReport(model=model_path, kind="pytorch", target=target.name)
-    decomposed = program.run_decompositions(torch_mlir._decompositions())
-    nodes = [n for n in decomposed.graph.nodes if n.op == "call_function"]
-    counts = Counter(_op_name(n) for n in nodes)
-    first: dict[str, torch.fx.Node] = {}
-    for n in nodes:
-        first.setdefault(_op_name(n), n)
-    for op, node in first.items():
-        report.ops.append(check_op(op, counts[op], lambda n=node: _import_single_aten(n),
-                                   target, repro_root))
-    return _with_whole_model(report, lambda: torch_mlir.import_program(program), target,
-                             target.lowering)
-
-
-def _with_whole_model(report: CheckReport, make_module, target: Target,
-                      lowerings: tuple[str, ...]) -> CheckReport:
+def _with_whole_model(report: CheckReport, make_module: Callable[[], ImportedGraph],
+                      target: Target, lowerings: tuple[str, ...]) -> CheckReport:
     """Fill in the whole-model verdict per lowering and what `lowering: auto` would use."""
     report.whole_model = _whole_model(make_module, target, lowerings)
     report.chosen = next((lw for lw in lowerings if report.whole_model.get(lw)), None)
     return report
 
 
-def _whole_model(make_module, target: Target, lowerings: tuple[str, ...]) -> dict[str, bool]:
-    """Does the whole model lower and compile through each lowering? `make_module` gives the
-    torch-backend module, or for ONNX (ONNX form, torch-backend form) as the build uses them."""
+def _whole_model(make_module: Callable[[], ImportedGraph], target: Target,
+                 lowerings: tuple[str, ...]) -> dict[str, bool]:
+    """Does the whole model lower and compile through each lowering, as the build takes it?"""
     result: dict[str, bool] = {}
     try:
         imported = make_module()
     except torch_mlir.LowerFailure:
         return {lw: False for lw in lowerings}
-    onnx_form, imported = imported if isinstance(imported, tuple) else (None, imported)
     for lowering in lowerings:
-        onnx_torch = onnx_form is not None and lowering == "torch"
         try:
-            module = onnx_form if onnx_torch else torch_mlir.lower(imported, lowering)
-            iree.compile_bytes(module, iree.compile_flags(target, lowering,
-                                                          onnx_source=onnx_form is not None))
+            lowered = imported.lowered(lowering)
+            iree.compile_bytes(lowered.module, iree.compile_flags(
+                target, lowering, input_type=lowered.input_type))
             result[lowering] = True
         except (torch_mlir.LowerFailure, iree.CompileFailure):
             result[lowering] = False
     return result
-
-
-def _single_node_model(model, node):
-    """A model of one node: its tensor inputs become graph inputs typed from shape inference,
-    initializers it reads stay initializers (constant operands such as shapes and axes)."""
-    from onnx import helper
-    known = {v.name: v for v in [*model.graph.input, *model.graph.value_info,
-                                 *model.graph.output]}
-    initializers = {t.name: t for t in model.graph.initializer}
-    constants = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant"}
-    inputs, inits, nodes = [], [], []
-    for name in node.input:
-        if not name:
-            continue
-        if name in initializers:
-            inits.append(initializers[name])
-        elif name in constants:
-            nodes.append(constants[name])
-        elif name in known:
-            inputs.append(known[name])
-        else:
-            raise ValueError(f"no shape known for {name!r}")
-    outputs = [known[o] if o in known else helper.make_empty_tensor_value_info(o)
-               for o in node.output if o]
-    graph = helper.make_graph([*nodes, node], f"single_{node.op_type}", inputs, outputs,
-                              initializer=inits)
-    single = helper.make_model(graph, opset_imports=list(model.opset_import),
-                               ir_version=model.ir_version)
-    import onnx
-    return onnx.shape_inference.infer_shapes(single)
-
-
-def _op_name(node: torch.fx.Node) -> str:
-    target = node.target
-    name = getattr(target, "name", None)
-    if callable(name):
-        return name()                       # e.g. "aten::atan2"
-    return getattr(target, "__name__", str(target))
-
-
-class _OneOp(torch.nn.Module):
-    def __init__(self, target, args, kwargs, tensor_slots):
-        super().__init__()
-        self.target, self.args_template, self.kwargs = target, args, kwargs
-        self.tensor_slots = tensor_slots
-
-    def forward(self, *tensors):
-        args = list(self.args_template)
-        for slot, tensor in zip(self.tensor_slots, tensors):
-            args[slot] = tensor
-        return self.target(*args, **self.kwargs)
-
-
-def _import_single_aten(node: torch.fx.Node) -> bytes:
-    """One ATen op with example tensors shaped like its operands in the real graph."""
-    args, slots, examples = [], [], []
-    for i, arg in enumerate(node.args):
-        if isinstance(arg, torch.fx.Node):
-            val = arg.meta.get("val")
-            if not isinstance(val, torch.Tensor):
-                raise ValueError(f"operand {i} is not a tensor")
-            examples.append(_example(val))
-            slots.append(i)
-            args.append(None)
-        elif isinstance(arg, (list, tuple)) and any(isinstance(a, torch.fx.Node) for a in arg):
-            raise ValueError("list-of-tensor operands are checked with the whole model")
-        else:
-            args.append(arg)
-    program = torch.export.export(_OneOp(node.target, args, dict(node.kwargs), slots),
-                                  tuple(examples))
-    return torch_mlir.import_program(program)
-
-
-def _example(val: torch.Tensor) -> torch.Tensor:
-    shape = tuple(int(d) for d in val.shape)
-    if val.dtype.is_floating_point:
-        return torch.rand(shape, dtype=val.dtype) + 0.5
-    if val.dtype == torch.bool:
-        return torch.ones(shape, dtype=torch.bool)
-    return torch.ones(shape, dtype=val.dtype)
 
 
 _LEGALIZE = re.compile(r"failed to legalize operation '([\w.]+)'(?:[^\n]*?\"(onnx\.\w+)\")?")
@@ -274,39 +161,32 @@ def fresh_repro_dir(base: Path) -> Path:
 
 
 
+# the recipe's `model:` field for a MODEL file; anything else is 'package.module:factory'
+_SOURCE_BY_SUFFIX = {".onnx": "onnx", ".pt2": "exported"}
+
+
 def run_check(model: str, target_name: str = "host", out: Path | None = None) -> CheckReport:
     """MODEL: an .onnx or .pt2 file, a recipe .yaml, or 'package.module:factory'."""
     from edgekit.config.profiles import load_target
     from edgekit.config.recipe import Recipe, load_recipe
-    from edgekit.pipeline.export import export_model
-    from edgekit.pipeline.load import load_model
-    from edgekit.pipeline.onnx_source import load_onnx
-    from edgekit.pipeline.onnx_source import onnx_digest
+    from edgekit.pipeline.frontends.registry import frontend_for
     target = load_target(target_name)
     stem = Path(model.split(":")[0]).stem or "model"
     repro = fresh_repro_dir((out or Path("build")) / f"check-{stem}-{target.name}")
-    if model.endswith(".onnx"):
-        proto = load_onnx(Path(model))
-        return remember(check_onnx(proto, model, target, repro), onnx_digest(proto), target)
-    if model.endswith(".pt2"):
-        recipe = Recipe.model_validate({"name": stem, "model": {"exported": model}})
-    elif model.endswith((".yaml", ".yml")):
+    if model.endswith((".yaml", ".yml")):
         recipe = load_recipe(model)
     else:
-        recipe = Recipe.model_validate({"name": "check", "model": {"python": model}})
-    exported = export_model(recipe, load_model(recipe))
-    if not isinstance(exported.program, torch.export.ExportedProgram):
-        report = check_onnx(exported.program, model, target, repro)
-    else:
-        report = check_program(exported.program, model, target, repro)
-    return remember(report, exported.digest, target)
+        source = _SOURCE_BY_SUFFIX.get(Path(model).suffix, "python")
+        recipe = Recipe.model_validate({"name": "check", "model": {source: model}})
+    frontend = frontend_for(recipe.model)
+    graph, digest = frontend.graph_to_check(recipe)
+    return remember(check_graph(frontend, graph, model, target, repro), digest, target)
 
 
 def _store(digest: str, target: Target) -> Path:
     from edgekit.config.paths import cache_root
     from edgekit.pipeline.cache import cache_key
-    key = cache_key({"model": digest, "target": target.model_dump(mode="json",
-                                                                   exclude={"source"})})
+    key = cache_key({"model": digest, "target": target.fingerprint()})
     return cache_root() / "check" / f"{key}.json"
 
 

@@ -1,4 +1,6 @@
-"""Stage `load`: the recipe's model source → an nn.Module (or ExportedProgram) + sample inputs."""
+"""Stage `load`: the recipe's model source → the model (its frontend's) + sample inputs.
+
+What every frontend shares: the golden input set from the recipe and user callables."""
 
 from __future__ import annotations
 
@@ -10,59 +12,20 @@ from typing import TYPE_CHECKING
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from edgekit.config.recipe import InputSpec, Recipe
 from edgekit.errors import ModelLoadError
 
-
 if TYPE_CHECKING:
-    import onnx
+    from edgekit.pipeline.frontends.base import Frontend
+
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: "torch.nn.Module | torch.export.ExportedProgram | onnx.ModelProto"
+    frontend: Frontend                   # chosen from the recipe's `model:`; the rest use it
+    model: object                        # the frontend's: only it looks inside
     samples: tuple[np.ndarray, ...]      # one golden input set, in argument order
     input_names: tuple[str, ...]
-
-
-def load_model(recipe: Recipe) -> LoadedModel:
-    source = recipe.model
-    if source.onnx:
-        return _load_onnx(recipe)
-    if source.exported:
-        model, examples = _load_exported(recipe.resolve(source.exported)), None
-    else:
-        model, examples = _call_factory(recipe, source.python or "")
-    samples = _samples(recipe, examples)
-    names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
-    return LoadedModel(model=model, samples=samples, input_names=names)
-
-
-def _load_onnx(recipe: Recipe) -> LoadedModel:
-    from edgekit.pipeline.onnx_source import load_onnx, onnx_inputs
-    path = recipe.resolve(recipe.model.onnx or "")
-    model = load_onnx(path)
-    graph_inputs = onnx_inputs(model)
-    if recipe.inputs:
-        names = tuple(s.name for s in recipe.inputs)
-        missing = sorted(set(names) - {n for n, _, _ in graph_inputs})
-        if missing:
-            raise ModelLoadError(f"the model has no input(s) {missing}", where=str(path),
-                                 hint="its inputs: " + ", ".join(n for n, _, _ in graph_inputs))
-        return LoadedModel(model, _samples(recipe, None), names)
-    dynamic = {n: [d for d in shape if isinstance(d, str)] for n, shape, _ in graph_inputs}
-    dynamic = {n: d for n, d in dynamic.items() if d}
-    if dynamic:
-        raise ModelLoadError(
-            "the model has dynamic input dimensions: " + "; ".join(
-                f"{n}: {', '.join(d)}" for n, d in dynamic.items()), where=str(path),
-            hint="declare `inputs:` with sizes (or named dims under `dynamic_dims`) in the "
-                 "recipe")
-    rng = np.random.default_rng(recipe.seed)
-    specs = [InputSpec(name=n, shape=shape, dtype=dtype) for n, shape, dtype in graph_inputs]
-    samples = tuple(random_input(spec, recipe, rng) for spec in specs)
-    return LoadedModel(model, samples, tuple(n for n, _, _ in graph_inputs))
 
 
 def import_callable(recipe: Recipe, spec: str, what: str):
@@ -93,32 +56,10 @@ def import_callable(recipe: Recipe, spec: str, what: str):
     return found
 
 
-def _call_factory(recipe: Recipe, spec: str):
-    factory = import_callable(recipe, spec, "model factory")
-    try:
-        result = factory()
-    except Exception as exc:  # user code: report it as a load failure, not a crash
-        raise ModelLoadError(f"factory '{spec}' raised {type(exc).__name__}: {exc}",
-                             where=str(recipe.path)) from None
-    if isinstance(result, torch.nn.Module):
-        return result.eval(), None
-    if (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
-        examples = result[1] if isinstance(result[1], tuple) else (result[1],)
-        return result[0].eval(), tuple(t.detach().numpy() for t in examples)
-    raise ModelLoadError(f"factory '{spec}' returned {type(result).__name__}",
-                         where=str(recipe.path),
-                         hint="return an nn.Module, or (nn.Module, example_inputs)")
-
-
-def _load_exported(path: Path) -> torch.export.ExportedProgram:
-    try:
-        return torch.export.load(str(path))
-    except Exception as exc:  # torch raises many kinds for a bad archive
-        raise ModelLoadError(f"cannot load exported program: {exc}", where=str(path),
-                             hint="save it with torch.export.save(program, 'model.pt2')") from None
-
-
-def _samples(recipe: Recipe, examples: tuple[np.ndarray, ...] | None) -> tuple[np.ndarray, ...]:
+def sample_inputs(recipe: Recipe, examples: tuple[np.ndarray, ...] | None
+                  ) -> tuple[np.ndarray, ...]:
+    """The golden input set: the recipe's samples file, else random inputs as declared, else
+    the model source's example inputs."""
     if recipe.samples:
         with np.load(recipe.resolve(recipe.samples), allow_pickle=False) as data:
             names = [s.name for s in recipe.inputs] or list(data.files)
@@ -163,14 +104,3 @@ def random_input(spec: InputSpec, recipe: Recipe, rng: np.random.Generator) -> n
     low = spec.low if spec.low is not None else -1.0
     high = spec.high if spec.high is not None else 1.0
     return rng.uniform(low, high, size=shape).astype(spec.dtype)
-
-
-def _argument_names(model, count: int) -> tuple[str, ...]:
-    if isinstance(model, torch.export.ExportedProgram):
-        names = [s.arg.name for s in model.graph_signature.input_specs
-                 if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
-    else:
-        import inspect
-        names = list(inspect.signature(model.forward).parameters)
-    names = names[:count]
-    return tuple(names) + tuple(f"input_{i}" for i in range(len(names), count))

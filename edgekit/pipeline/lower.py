@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 from edgekit.config.profiles import Target
 from edgekit.errors import LoweringError, QuantizationError
@@ -23,10 +22,34 @@ from edgekit.toolchain import iree, torch_mlir
 
 
 @dataclass(frozen=True)
+class LoweringSource:
+    """What iree-compile reads for one lowering: the module, and the IREE input type it is in."""
+
+    module: bytes
+    input_type: str
+
+
+@dataclass(frozen=True)
+class ImportedGraph:
+    """torch-mlir's import of a model: the torch-backend form that the lowerings start from,
+    and the lowerings whose module the import itself provides (its frontend decides: an ONNX
+    model's `torch` lowering is the ONNX import, for IREE's own ONNX input)."""
+
+    torch_bytecode: bytes
+    provided: Mapping[str, LoweringSource] = field(default_factory=dict)
+
+    def lowered(self, lowering: str) -> LoweringSource:
+        """The module for `lowering`; raises torch_mlir.LowerFailure."""
+        if lowering in self.provided:
+            return self.provided[lowering]
+        return LoweringSource(torch_mlir.lower(self.torch_bytecode, lowering),
+                              iree.INPUT_TYPE[lowering])
+
+
+@dataclass(frozen=True)
 class ImportedModule:
     exported: ExportedModel
-    torch_bytecode: bytes
-    onnx_form: bytes | None = None   # ONNX sources: the import as IREE's ONNX input takes it
+    graph: ImportedGraph
 
 
 @dataclass(frozen=True)
@@ -53,18 +76,13 @@ def lowering_order(requested: str, target: Target, quantize_mode: str | None = N
 
 def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModule:
     try:
-        if isinstance(exported.program, torch.export.ExportedProgram):
-            return ImportedModule(exported, torch_mlir.import_program(exported.program))
-        onnx_form, torch_form = torch_mlir.import_onnx_both(exported.program)
-        return ImportedModule(exported, torch_form, onnx_form=onnx_form)
+        return ImportedModule(exported, exported.frontend.import_graph(exported.program))
     except torch_mlir.LowerFailure as failure:
         reproducer_dir.mkdir(parents=True, exist_ok=True)
         (reproducer_dir / "diagnostics.txt").write_text(failure.diagnostics)
-        importer = ("FX" if isinstance(exported.program, torch.export.ExportedProgram)
-                    else "ONNX")
         raise LoweringError(
             _ops_sentence(failure.ops, "torch-mlir could not import the model"),
-            stage=f"import (torch-mlir {importer} importer)", ops=failure.ops,
+            stage=f"import (torch-mlir {exported.frontend.importer} importer)", ops=failure.ops,
             reproducer=str(reproducer_dir),
             hint="rewrite or decompose the op in the model before export") from None
 
@@ -83,28 +101,26 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
     if first is not None and requested == "auto" and mode != "int8":
         order = (first[0], *(lw for lw in order if lw != first[0]))
         note = first[1]
-    onnx_source = imported.onnx_form is not None
     for lowering in order:
         try:
-            lowered = (imported.onnx_form if onnx_source and lowering == "torch" else
-                       torch_mlir.lower(imported.torch_bytecode, lowering))
+            lowered = imported.graph.lowered(lowering)
         except torch_mlir.LowerFailure as failure:
             attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics))
-            save_reproducer(reproducer_dir / lowering, imported.torch_bytecode,
+            save_reproducer(reproducer_dir / lowering, imported.graph.torch_bytecode,
                              failure.diagnostics,
                              "torch-mlir-opt -pass-pipeline='builtin.module(torch-backend-to-"
                              f"{torch_mlir.OUTPUT_TYPE[lowering]}-backend-pipeline)' input.mlirbc")
             continue
         source = workdir / f"{lowering}.mlirbc"
-        source.write_bytes(lowered)
+        source.write_bytes(lowered.module)
         output = workdir / f"{lowering}.vmfb"
         flags = iree.compile_flags(target, lowering, extra_flags, quantize_mode=mode,
-                                   onnx_source=onnx_source)
+                                   input_type=lowered.input_type)
         try:
             iree.compile_module(source, output, flags)
         except iree.CompileFailure as failure:
             attempts.append(_failed(lowering, "compile", failure.ops, failure.diagnostics))
-            save_reproducer(reproducer_dir / lowering, lowered, failure.diagnostics,
+            save_reproducer(reproducer_dir / lowering, lowered.module, failure.diagnostics,
                              shlex.join(["iree-compile", "input.mlirbc", *flags,
                                          "-o", "module.vmfb"]))
             continue

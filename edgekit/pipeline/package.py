@@ -70,7 +70,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         model_digest=exported.digest,
         recipe_digest=identity.recipe_digest,
         target=target.name,
-        target_profile=target.model_dump(mode="json", exclude={"source", "tune"}),
+        target_profile=target.profile(),
         backend=target.backend,
         arch=target.arch,
         runtime_driver=target.runtime.driver,

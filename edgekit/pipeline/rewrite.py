@@ -1,4 +1,5 @@
-"""Stage `rewrite`: graph-level rewrites of the exported PyTorch program before lowering.
+"""Stage `rewrite` for PyTorch models: graph-level rewrites of the exported program before
+lowering (the PyTorch frontend's; ONNX models are lowered as they come).
 
 They are asked for by edgekit's own options in the compile flags (`--edgekit-…`,
 config/edgekit_flags.py), so a tune flag set can pair a rewrite with the IREE flags it needs and
@@ -23,11 +24,12 @@ from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
 
 
-def rewrite_graph(exported: ExportedModel, flags: tuple[str, ...]) -> ExportedModel:
+def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
+                  flags: tuple[str, ...]) -> ExportedModel[torch.export.ExportedProgram]:
     options = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
     max_pixels = options.get("convs-as-matmul")
-    if max_pixels is None or not isinstance(exported.program, torch.export.ExportedProgram):
-        return exported  # ONNX models are lowered as they come
+    if max_pixels is None:
+        return exported
     aten = torch.ops.aten
     program = exported.program.run_decompositions(
         {aten.conv2d.default: _conv_as_matmul(max_pixels)})

@@ -13,11 +13,9 @@ from edgekit.config.profiles import Target
 from edgekit.errors import ToolError
 from edgekit.toolchain.runner import run_tool
 
-# What each lowering hands IREE as its input dialect. For an ONNX source the torch lowering
-# hands IREE the ONNX import itself: IREE's ONNX input keeps QDQ models' contractions integer,
-# where torch-mlir's own ONNX-to-torch pipeline leaves them f32 (measured, 0 of 5 integer).
+# What each lowering hands IREE as its input dialect (unless the import provides the lowering's
+# module in another one: pipeline/lower.py's ImportedGraph).
 INPUT_TYPE = {"tosa": "tosa", "linalg": "auto", "torch": "torch"}
-ONNX_INPUT_TYPE = {**INPUT_TYPE, "torch": "onnx"}
 
 
 def target_flags(target: Target) -> tuple[str, ...]:
@@ -46,10 +44,11 @@ MODE_FLAGS = {"int8-weights": ("--iree-opt-const-eval=false",),
 
 
 def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = (),
-                  quantize_mode: str | None = None, onnx_source: bool = False
+                  quantize_mode: str | None = None, input_type: str | None = None
                   ) -> tuple[str, ...]:
-    """Every iree-compile flag for this target and lowering, recipe flags last (they win)."""
-    input_type = (ONNX_INPUT_TYPE if onnx_source else INPUT_TYPE)[lowering]
+    """Every iree-compile flag for this target and lowering, recipe flags last (they win);
+    `input_type`: the module's IREE input type when it is not the lowering's own."""
+    input_type = input_type or INPUT_TYPE[lowering]
     mode_flags: tuple[str, ...] = ()
     if quantize_mode:
         mode_flags = (*MODE_FLAGS.get(quantize_mode, ()),

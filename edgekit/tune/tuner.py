@@ -342,10 +342,7 @@ def tuning_dir() -> Path:
 
 def record_path(model_digest: str, target: Target) -> Path:
     toolchain = hashlib.sha256(json.dumps(toolchain_versions(), sort_keys=True).encode())
-    profile = hashlib.sha256(json.dumps(target.model_dump(mode="json", exclude={"source",
-                                                                                "tune"}),
-                                        sort_keys=True).encode())
-    return tuning_dir() / (f"{model_digest[:16]}-{target.name}-{profile.hexdigest()[:8]}-"
+    return tuning_dir() / (f"{model_digest[:16]}-{target.name}-{target.fingerprint()[:8]}-"
                            f"{toolchain.hexdigest()[:8]}.json")
 
 

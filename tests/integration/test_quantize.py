@@ -7,9 +7,7 @@ import torch
 from edgekit import BuildOptions, build, validate_local
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import QuantizationError
-from edgekit.pipeline.export import export_model
-from edgekit.pipeline.load import load_model
-from edgekit.pipeline.quantize.stage import quantize_model
+from edgekit.pipeline.frontends.registry import frontend_for
 from tests.integration.helpers import edgekit
 
 MODELS = "edgekit.examples.models"
@@ -53,7 +51,8 @@ def test_int8_cnn_for_host_is_integer_validates_and_matches_the_quantized_model(
     assert validate_local(bundle.path).ok
     # the compiled module reproduces the quantized PyTorch model to within one output step
     recipe = load_recipe(path)
-    quantized = quantize_model(recipe, export_model(recipe, load_model(recipe)))
+    frontend = frontend_for(recipe.model)
+    quantized = frontend.quantize(recipe, frontend.export(recipe, frontend.load(recipe)))
     rng = np.random.default_rng(7)
     for _ in range(3):
         x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)

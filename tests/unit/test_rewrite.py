@@ -6,6 +6,7 @@ import torch
 
 from edgekit.config.edgekit_flags import parse_edgekit_flags, without_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.frontends.torch import TorchFrontend
 from edgekit.pipeline.rewrite import rewrite_graph
 from tests.fixtures.tiny_models import conv_pyramid
 
@@ -13,8 +14,8 @@ from tests.fixtures.tiny_models import conv_pyramid
 def exported_pyramid() -> tuple[ExportedModel, torch.nn.Module, torch.Tensor]:
     model, (x,) = conv_pyramid()
     program = torch.export.export(model, (x,))
-    return ExportedModel(program=program, digest="d", samples=(x.numpy(),), golden=(),
-                         inputs=(), outputs=()), model, x
+    return ExportedModel(frontend=TorchFrontend(), program=program, digest="d",
+                         samples=(x.numpy(),), golden=(), inputs=(), outputs=()), model, x
 
 
 def test_small_convolutions_become_matmuls_with_the_same_outputs():

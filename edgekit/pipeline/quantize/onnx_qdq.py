@@ -110,7 +110,8 @@ def quantized_onnx(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
 
 
 def _accuracy_vs_float(recipe: Recipe, exported: ExportedModel):
-    from edgekit.pipeline.onnx_source import load_onnx, onnx_inputs, onnxruntime_runner
+    from edgekit.pipeline.frontends.onnx_source import (load_onnx, onnx_inputs,
+                                                        onnxruntime_runner)
     from edgekit.pipeline.quantize.accuracy import accuracy_report
     from edgekit.pipeline.quantize.samples import held_out_samples
     path = recipe.resolve(recipe.quantize.float_model)

@@ -1,4 +1,5 @@
-"""Stage `quantize`: the exported fp32 model → the model the recipe's `quantize:` asks for.
+"""Stage `quantize` for PyTorch models (PT2E): the exported fp32 program → the model the
+recipe's `quantize:` asks for.
 
 - int8: contraction inputs quantized (weights int8, activations int8 calibrated per tensor);
 - int8-weights: only the weights (no calibration; compute stays float);
@@ -24,18 +25,17 @@ from torch.utils import _pytree as pytree
 from edgekit.config.recipe import Recipe
 from edgekit.errors import ModelLoadError, QuantizationError
 from edgekit.models.bundle import QuantizationNote
-from edgekit.pipeline.export import ExportedModel, dynamic_shapes, program_digest
+from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.frontends.torch import dynamic_shapes, program_digest
 from edgekit.pipeline.quantize.accuracy import accuracy_report, check_floor
 from edgekit.pipeline.quantize.samples import as_batches, calibration_samples, held_out_samples
 
 Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
 
 
-def quantize_model(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
+def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.ExportedProgram]
+                      ) -> ExportedModel[torch.export.ExportedProgram]:
     quantize = recipe.quantize
-    if not isinstance(exported.program, torch.export.ExportedProgram):
-        from edgekit.pipeline.quantize.onnx_qdq import quantized_onnx
-        return quantized_onnx(recipe, exported)
     if quantize is None:
         return exported
     fp32 = _runner(exported.program.module())

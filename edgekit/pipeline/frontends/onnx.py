@@ -1,0 +1,164 @@
+"""The ONNX frontend: an .onnx file (onnx_source.py: safe loading, input signature) with golden
+outputs from onnxruntime, unoptimized; QDQ recognition instead of quantizing (quantize/onnx_qdq.py);
+no graph rewrites; torch-mlir's ONNX importer, whose ONNX form is what the `torch` lowering hands
+IREE's own ONNX input."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
+from edgekit.config.profiles import Target
+from edgekit.config.recipe import InputSpec, ModelSource, Recipe
+from edgekit.errors import ConfigError, ModelLoadError, QuantizationError
+from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
+from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
+from edgekit.pipeline.frontends.onnx_source import (load_onnx, onnx_digest, onnx_inputs,
+                                                    run_onnxruntime)
+from edgekit.pipeline.load import LoadedModel, random_input, sample_inputs
+from edgekit.pipeline.lower import ImportedGraph, LoweringSource
+from edgekit.toolchain import torch_mlir
+
+if TYPE_CHECKING:
+    import onnx     # imported where it is used: PyTorch builds never load it
+
+Model = "onnx.ModelProto"
+
+# The torch lowering hands IREE the ONNX import itself: IREE's ONNX input keeps QDQ models'
+# contractions integer, where torch-mlir's own ONNX-to-torch pipeline leaves them f32 (measured,
+# 0 of 5 integer). The tosa and linalg lowerings start from that pipeline's torch-backend form.
+ONNX_INPUT = "onnx"
+
+
+class OnnxFrontend(Frontend[Model]):
+    kind = "onnx"
+    sources = ("onnx",)
+    importer = "ONNX"
+
+    def load(self, recipe: Recipe) -> LoadedModel:
+        path = recipe.resolve(recipe.model.onnx or "")
+        model = load_onnx(path)
+        graph_inputs = onnx_inputs(model)
+        if recipe.inputs:
+            names = tuple(s.name for s in recipe.inputs)
+            missing = sorted(set(names) - {n for n, _, _ in graph_inputs})
+            if missing:
+                raise ModelLoadError(f"the model has no input(s) {missing}", where=str(path),
+                                     hint="its inputs: " + ", ".join(n for n, _, _ in
+                                                                     graph_inputs))
+            return LoadedModel(self, model, sample_inputs(recipe, None), names)
+        dynamic = {n: [d for d in shape if isinstance(d, str)] for n, shape, _ in graph_inputs}
+        dynamic = {n: d for n, d in dynamic.items() if d}
+        if dynamic:
+            raise ModelLoadError(
+                "the model has dynamic input dimensions: " + "; ".join(
+                    f"{n}: {', '.join(d)}" for n, d in dynamic.items()), where=str(path),
+                hint="declare `inputs:` with sizes (or named dims under `dynamic_dims`) in the "
+                     "recipe")
+        rng = np.random.default_rng(recipe.seed)
+        specs = [InputSpec(name=n, shape=shape, dtype=dtype) for n, shape, dtype in graph_inputs]
+        samples = tuple(random_input(spec, recipe, rng) for spec in specs)
+        return LoadedModel(self, model, samples, tuple(n for n, _, _ in graph_inputs))
+
+    def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Model]:
+        """ONNX needs no export: its golden outputs come from onnxruntime, unoptimized."""
+        golden = run_onnxruntime(loaded.model, loaded.input_names, loaded.samples)
+        shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
+        return with_signature(self, loaded.model, onnx_digest(loaded.model), loaded.input_names,
+                              shapes, tuple(loaded.samples), golden)
+
+    def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
+        """ONNX models arrive quantized: "int8" is the (QDQ) model as it is, "none" the fp32
+        model the recipe names in `quantize.float_model`."""
+        float_model = recipe.quantize.float_model if recipe.quantize else None
+        if mode == "int8":
+            return recipe
+        if mode == "none" and float_model:
+            return recipe.model_copy(update={"model": ModelSource(onnx=float_model),
+                                             "quantize": None})
+        raise ConfigError(f"no {mode} variant of an ONNX model: "
+                          + ("the recipe names no fp32 model" if mode == "none" else
+                             "ONNX models are quantized with onnxruntime before the build"),
+                          where=str(recipe.path), key="quantize",
+                          hint="set `quantize.float_model` to the fp32 .onnx" if mode == "none"
+                          else "make a QDQ model with onnxruntime's quantize_static")
+
+    def quantize(self, recipe: Recipe, exported: ExportedModel[Model]) -> ExportedModel[Model]:
+        from edgekit.pipeline.quantize.onnx_qdq import quantized_onnx
+        return quantized_onnx(recipe, exported)
+
+    def rewrite(self, exported: ExportedModel[Model], flags: tuple[str, ...]
+                ) -> ExportedModel[Model]:
+        asked = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
+        if not asked:
+            return exported
+        note = ("ONNX models are lowered as they come: "
+                + ", ".join(f"{PREFIX}{name}" for name in asked) + " not applied")
+        return dataclasses.replace(exported, rewrites=(*exported.rewrites, note))
+
+    def import_graph(self, graph: Model) -> ImportedGraph:
+        onnx_form, torch_form = torch_mlir.import_onnx_both(graph)
+        return ImportedGraph(torch_form, {"torch": LoweringSource(onnx_form, ONNX_INPUT)})
+
+    def graph_to_check(self, recipe: Recipe) -> tuple[Model, str]:
+        model = load_onnx(recipe.resolve(recipe.model.onnx or ""))
+        return model, onnx_digest(model)
+
+    def op_modules(self, graph: Model) -> list[OpModule]:
+        """The graph's node types (with their domain)."""
+        first: dict[str, object] = {}
+        counts: Counter = Counter()
+        for node in graph.graph.node:
+            key = f"{node.domain + '.' if node.domain else ''}{node.op_type}"
+            counts[key] += 1
+            first.setdefault(key, node)
+        return [OpModule(op, counts[op], lambda n=node: torch_mlir.import_onnx(
+            _single_node_model(graph, n))) for op, node in first.items()]
+
+    def check_scope(self, graph: Model, target: Target, where: str) -> CheckScope:
+        from edgekit.pipeline.quantize.onnx_qdq import qdq_summary
+        try:
+            qdq = qdq_summary(graph, where)
+        except QuantizationError as refused:  # QOperator: the build refuses it, whatever compiles
+            return CheckScope((), f"{refused.what}; {refused.hint}")
+        if qdq is None or qdq.quantized == 0:
+            return CheckScope(tuple(target.lowering))
+        # int8 builds take the torch lowering only (IREE's ONNX input keeps them integer)
+        return CheckScope(("torch",), (
+            f"QDQ int8 model: {qdq.quantized} of {qdq.contractions} contractions have "
+            "quantized inputs; `lowering: auto` takes torch (IREE's ONNX input), the "
+            "lowering that keeps them integer"))
+
+
+def _single_node_model(model, node):
+    """A model of one node: its tensor inputs become graph inputs typed from shape inference,
+    initializers it reads stay initializers (constant operands such as shapes and axes)."""
+    import onnx
+    from onnx import helper
+    known = {v.name: v for v in [*model.graph.input, *model.graph.value_info,
+                                 *model.graph.output]}
+    initializers = {t.name: t for t in model.graph.initializer}
+    constants = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant"}
+    inputs, inits, nodes = [], [], []
+    for name in node.input:
+        if not name:
+            continue
+        if name in initializers:
+            inits.append(initializers[name])
+        elif name in constants:
+            nodes.append(constants[name])
+        elif name in known:
+            inputs.append(known[name])
+        else:
+            raise ValueError(f"no shape known for {name!r}")
+    outputs = [known[o] if o in known else helper.make_empty_tensor_value_info(o)
+               for o in node.output if o]
+    graph = helper.make_graph([*nodes, node], f"single_{node.op_type}", inputs, outputs,
+                              initializer=inits)
+    single = helper.make_model(graph, opset_imports=list(model.opset_import),
+                               ir_version=model.ir_version)
+    return onnx.shape_inference.infer_shapes(single)

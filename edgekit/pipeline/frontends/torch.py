@@ -1,0 +1,220 @@
+"""The PyTorch frontend: a python factory or a .pt2 file → torch.export (functionalized: in-place
+ops and buffers become pure) with golden outputs from eager PyTorch; PT2E quantization; graph
+rewrites; torch-mlir's FX importer."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from edgekit.config.profiles import Target
+from edgekit.config.recipe import Quantize, Recipe
+from edgekit.errors import ModelLoadError
+from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
+from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
+from edgekit.pipeline.load import LoadedModel, import_callable, sample_inputs
+from edgekit.pipeline.lower import ImportedGraph
+from edgekit.pipeline.rewrite import rewrite_graph
+from edgekit.toolchain import torch_mlir
+
+Program = torch.export.ExportedProgram
+
+
+class TorchFrontend(Frontend[Program]):
+    kind = "pytorch"
+    sources = ("python", "exported")
+    importer = "FX"
+
+    def load(self, recipe: Recipe) -> LoadedModel:
+        source = recipe.model
+        if source.exported:
+            model, examples = _load_exported(recipe.resolve(source.exported)), None
+        else:
+            model, examples = _call_factory(recipe, source.python or "")
+        samples = sample_inputs(recipe, examples)
+        names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
+        return LoadedModel(frontend=self, model=model, samples=samples, input_names=names)
+
+    def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Program]:
+        args = tuple(torch.from_numpy(np.array(s)) for s in loaded.samples)
+        if isinstance(loaded.model, Program):  # a .pt2: exported already
+            program = loaded.model
+            run = program.module()
+        else:
+            try:
+                program = torch.export.export(loaded.model, args,
+                                              dynamic_shapes=dynamic_shapes(recipe))
+            except Exception as exc:  # torch.export raises many kinds; all mean "cannot export"
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else \
+                    type(exc).__name__
+                raise ModelLoadError(f"torch.export failed: {first}", where="stage export",
+                                     hint="the model must be traceable by torch.export "
+                                          "(no data-dependent Python control flow)") from None
+            run = loaded.model
+        shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
+        return self.exported(program, run, tuple(loaded.samples), loaded.input_names, shapes)
+
+    def exported(self, program: Program, run, samples: tuple[np.ndarray, ...],
+                 names: tuple[str, ...], shapes: list) -> ExportedModel[Program]:
+        """An ExportedModel whose golden outputs come from running `run` (the original model,
+        eager) on the samples."""
+        args = tuple(torch.from_numpy(np.array(s)) for s in samples)
+        with torch.no_grad():
+            flat, _ = pytree.tree_flatten(run(*args))
+        golden = tuple(t.detach().contiguous().numpy() for t in flat
+                       if isinstance(t, torch.Tensor))
+        return with_signature(self, program, program_digest(program), names, shapes, samples,
+                              golden)
+
+    def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
+        settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize \
+            else {}
+        quantize = None if mode == "none" else Quantize.model_validate({**settings, "mode": mode})
+        return recipe.model_copy(update={"quantize": quantize})
+
+    def quantize(self, recipe: Recipe, exported: ExportedModel[Program]
+                 ) -> ExportedModel[Program]:
+        from edgekit.pipeline.quantize.pt2e import quantized_program  # torchao: load on use
+        return quantized_program(recipe, exported)
+
+    def rewrite(self, exported: ExportedModel[Program], flags: tuple[str, ...]
+                ) -> ExportedModel[Program]:
+        return rewrite_graph(exported, flags)
+
+    def import_graph(self, graph: Program) -> ImportedGraph:
+        return ImportedGraph(torch_mlir.import_program(graph))
+
+    def graph_to_check(self, recipe: Recipe) -> tuple[Program, str]:
+        exported = self.export(recipe, self.load(recipe))
+        return exported.program, exported.digest
+
+    def op_modules(self, graph: Program) -> list[OpModule]:
+        """The ATen ops of the graph as torch-mlir's import decomposes it."""
+        decomposed = graph.run_decompositions(torch_mlir._decompositions())
+        nodes = [n for n in decomposed.graph.nodes if n.op == "call_function"]
+        counts = Counter(_op_name(n) for n in nodes)
+        first: dict[str, torch.fx.Node] = {}
+        for n in nodes:
+            first.setdefault(_op_name(n), n)
+        return [OpModule(op, counts[op], lambda n=node: _import_single_aten(n))
+                for op, node in first.items()]
+
+    def check_scope(self, graph: Program, target: Target, where: str) -> CheckScope:
+        return CheckScope(tuple(target.lowering))
+
+
+def _call_factory(recipe: Recipe, spec: str):
+    factory = import_callable(recipe, spec, "model factory")
+    try:
+        result = factory()
+    except Exception as exc:  # user code: report it as a load failure, not a crash
+        raise ModelLoadError(f"factory '{spec}' raised {type(exc).__name__}: {exc}",
+                             where=str(recipe.path)) from None
+    if isinstance(result, torch.nn.Module):
+        return result.eval(), None
+    if (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        examples = result[1] if isinstance(result[1], tuple) else (result[1],)
+        return result[0].eval(), tuple(t.detach().numpy() for t in examples)
+    raise ModelLoadError(f"factory '{spec}' returned {type(result).__name__}",
+                         where=str(recipe.path),
+                         hint="return an nn.Module, or (nn.Module, example_inputs)")
+
+
+def _load_exported(path: Path) -> Program:
+    try:
+        return torch.export.load(str(path))
+    except Exception as exc:  # torch raises many kinds for a bad archive
+        raise ModelLoadError(f"cannot load exported program: {exc}", where=str(path),
+                             hint="save it with torch.export.save(program, 'model.pt2')") from None
+
+
+def _argument_names(model, count: int) -> tuple[str, ...]:
+    if isinstance(model, Program):
+        names = [s.arg.name for s in model.graph_signature.input_specs
+                 if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+    else:
+        names = list(inspect.signature(model.forward).parameters)
+    names = names[:count]
+    return tuple(names) + tuple(f"input_{i}" for i in range(len(names), count))
+
+
+def program_digest(program: Program) -> str:
+    """Identity of an exported model: its graph with every node's shape and dtype (the same
+    code at another input shape is another model), signature and every weight's bytes."""
+    h = hashlib.sha256()
+    h.update(program.graph_module.print_readable(print_output=False).encode())
+    h.update(str(program.graph_signature).encode())
+    for name, tensor in sorted({**program.state_dict, **program.constants}.items()):
+        if isinstance(tensor, torch.Tensor):
+            t = tensor.detach().contiguous().cpu()
+            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def dynamic_shapes(recipe: Recipe):
+    if not recipe.dynamic_dims:
+        return None
+    dims = {name: torch.export.Dim(name, min=d.min, max=d.max)
+            for name, d in recipe.dynamic_dims.items()}
+    return tuple({axis: dims[size] for axis, size in enumerate(spec.shape) if isinstance(size, str)}
+                 or None for spec in recipe.inputs)
+
+
+# --- `edgekit check`: one ATen op at a time ------------------------------------------------------
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    name = getattr(target, "name", None)
+    if callable(name):
+        return name()                       # e.g. "aten::atan2"
+    return getattr(target, "__name__", str(target))
+
+
+class _OneOp(torch.nn.Module):
+    def __init__(self, target, args, kwargs, tensor_slots):
+        super().__init__()
+        self.target, self.args_template, self.kwargs = target, args, kwargs
+        self.tensor_slots = tensor_slots
+
+    def forward(self, *tensors):
+        args = list(self.args_template)
+        for slot, tensor in zip(self.tensor_slots, tensors):
+            args[slot] = tensor
+        return self.target(*args, **self.kwargs)
+
+
+def _import_single_aten(node: torch.fx.Node) -> bytes:
+    """One ATen op with example tensors shaped like its operands in the real graph."""
+    args, slots, examples = [], [], []
+    for i, arg in enumerate(node.args):
+        if isinstance(arg, torch.fx.Node):
+            val = arg.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise ValueError(f"operand {i} is not a tensor")
+            examples.append(_example(val))
+            slots.append(i)
+            args.append(None)
+        elif isinstance(arg, (list, tuple)) and any(isinstance(a, torch.fx.Node) for a in arg):
+            raise ValueError("list-of-tensor operands are checked with the whole model")
+        else:
+            args.append(arg)
+    program = torch.export.export(_OneOp(node.target, args, dict(node.kwargs), slots),
+                                  tuple(examples))
+    return torch_mlir.import_program(program)
+
+
+def _example(val: torch.Tensor) -> torch.Tensor:
+    shape = tuple(int(d) for d in val.shape)
+    if val.dtype.is_floating_point:
+        return torch.rand(shape, dtype=val.dtype) + 0.5
+    if val.dtype == torch.bool:
+        return torch.ones(shape, dtype=torch.bool)
+    return torch.ones(shape, dtype=val.dtype)
