@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.api.build import BuildOptions, build
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import Recipe, load_recipe
+from edgekit.device.trial import trial_on_device
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle, QuantizationNote
-from edgekit.api.build import BuildOptions, build
 from edgekit.pipeline.build import default_out
 from edgekit.tune.tuner import bench_local, runs_here
-from edgekit.device.trial import trial_on_device
 
 MODES = ("none", "int8", "int8-weights", "fp16")
 

@@ -352,7 +352,6 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     from edgekit.transport import open_device
     safe_name(app, "app")
     with open_device(host, identity) as conn:
-        address = conn.where
         infos = describe_releases(conn, app)
     if as_json:
         render.emit_json([vars(i) for i in infos])

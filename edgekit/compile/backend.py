@@ -20,10 +20,11 @@ from pathlib import Path
 import torch
 from torch.utils import _pytree as pytree
 
+from edgekit.compile.inspect import record_use, wrapper_source
 from edgekit.compile.runners import Runner, make_runner
 from edgekit.compile.settings import CompileSettings, resolve_settings
-from edgekit.config.recipe import Validation
 from edgekit.config.profiles import Target, load_target
+from edgekit.config.recipe import Validation
 from edgekit.models.bundle import Bundle, QuantizationNote, load_bundle
 from edgekit.pipeline.build import BACK, BackContext, build_key
 from edgekit.pipeline.cache import BuildCache
@@ -113,7 +114,6 @@ class CompiledGraph:
 
     def __call__(self, *args):
         variant = self.variant_for(list(args))
-        from edgekit.compile.inspect import record_use
         record_use(self, variant)
         return variant.call(args)
 
@@ -134,7 +134,6 @@ class CompiledGraph:
         exported = _TORCH.exported(program, module, samples, names, [s.shape for s in samples])
         bundle = self._bundle(exported)
         runner = make_runner(bundle, self.index, self.settings.device, self.settings.identity)
-        from edgekit.compile.inspect import wrapper_source
         source = wrapper_source(self, signature, positions, bundle, runner)
         scope = {"runner": runner, "out_spec": program.call_spec.out_spec}
         exec(compile(source, f"<edgekit graph {self.index}>", "exec"), scope)  # our own code

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.config.profiles import host_arch
 from edgekit.device import layout
 from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import EdgekitError
@@ -22,7 +23,6 @@ from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
-from edgekit.config.profiles import host_arch
 
 log = logging.getLogger("edgekit.compile")
 

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.config.address import safe_name
 from edgekit.device import layout
 from edgekit.device.deploy import deploy_bundle
+from edgekit.device.history import store
 from edgekit.device.probe import SHIMS, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import current_release
@@ -25,10 +27,8 @@ from edgekit.errors import BundleError, ConfigError, RemoteCommandFailed
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
 from edgekit.models.bundle import MANIFEST, Manifest, load_bundle
 from edgekit.toolchain.versions import package_version
-from edgekit.config.address import safe_name
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
-from edgekit.device.history import store
 
 BUSY_PCT = 30.0               # CPU busy share right before a run above which timings are suspect
 HOT_C = 80.0

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.config.address import safe_name
+from edgekit.config.recipe import Hooks
 from edgekit.device import layout, preflight
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import activate, current_release, journal_event, prune_releases
-from edgekit.config.recipe import Hooks
 from edgekit.errors import DeviceIncompatible, HealthGateFailed, ValidationFailed
-from edgekit.models.bundle import MANIFEST, Bundle, sha256_file
+from edgekit.models.bundle import Bundle, MANIFEST, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
-from edgekit.config.address import safe_name
 from edgekit.transport.base import Transport
 from edgekit.validate.compare import compare_output
 

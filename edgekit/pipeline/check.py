@@ -16,8 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.config.profiles import Target
+from edgekit.config.paths import cache_root
+from edgekit.config.profiles import Target, load_target
+from edgekit.config.recipe import Recipe, load_recipe
+from edgekit.pipeline.cache import cache_key
 from edgekit.pipeline.frontends.base import Frontend
+from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.lower import ImportedGraph, save_reproducer
 from edgekit.toolchain import iree, torch_mlir
 
@@ -167,9 +171,6 @@ _SOURCE_BY_SUFFIX = {".onnx": "onnx", ".pt2": "exported"}
 
 def run_check(model: str, target_name: str = "host", out: Path | None = None) -> CheckReport:
     """MODEL: an .onnx or .pt2 file, a recipe .yaml, or 'package.module:factory'."""
-    from edgekit.config.profiles import load_target
-    from edgekit.config.recipe import Recipe, load_recipe
-    from edgekit.pipeline.frontends.registry import frontend_for
     target = load_target(target_name)
     stem = Path(model.split(":")[0]).stem or "model"
     repro = fresh_repro_dir((out or Path("build")) / f"check-{stem}-{target.name}")
@@ -184,8 +185,6 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None) ->
 
 
 def _store(digest: str, target: Target) -> Path:
-    from edgekit.config.paths import cache_root
-    from edgekit.pipeline.cache import cache_key
     key = cache_key({"model": digest, "target": target.fingerprint()})
     return cache_root() / "check" / f"{key}.json"
 

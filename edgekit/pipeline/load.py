@@ -9,7 +9,6 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from pathlib import Path
 
 import numpy as np
 

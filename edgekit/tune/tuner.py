@@ -29,11 +29,14 @@ from edgekit.config.paths import edgekit_home
 from edgekit.config.profiles import Target, host_arch, load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.config.schema_base import Frozen
+from edgekit.device.bench import per_call_ms
+from edgekit.device.trial import trial_on_device
 from edgekit.errors import ConfigError, EdgekitError, ToolError
 from edgekit.models.bundle import Bundle, TuningNote
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.toolchain import iree
 from edgekit.toolchain.versions import toolchain_versions
+from edgekit.validate.local import validate_local
 
 DEFAULT_SET = "default"
 
@@ -227,7 +230,6 @@ def runs_here(target: Target) -> bool:
 
 def _tune_here(options: TuneOptions, built: list[tuple[Variant, Bundle]],
                threads: tuple[int, ...], say: Progress) -> list[CandidateResult]:
-    from edgekit.validate.local import validate_local
     results: list[CandidateResult] = []
     measurable: list[tuple[Variant, Bundle]] = []
     for variant, bundle in built:
@@ -253,7 +255,6 @@ def _tune_here(options: TuneOptions, built: list[tuple[Variant, Bundle]],
 
 def bench_local(bundle: Bundle, threads: int, repetitions: int, warmup: int) -> list[float]:
     """Per-call ms from this machine's iree-benchmark-module on the bundle's golden inputs."""
-    from edgekit.device.bench import per_call_ms
     m = bundle.manifest
     driver = iree.driver_for_threads(m.runtime_driver, threads)
     argv = [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
@@ -318,7 +319,6 @@ def _tune_on_device(options: TuneOptions, target: Target, built: list[tuple[Vari
     if options.host is None:
         raise ConfigError(f"this machine cannot run {target.name} modules", key="host",
                           hint="pass --host DEVICE to measure on the device")
-    from edgekit.device.trial import trial_on_device
     results: list[CandidateResult] = []
     with trial_on_device(options.host, options.identity, [b for _, b in built], say) as trial:
         measurable = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from edgekit.toolchain import torch_mlir
 if TYPE_CHECKING:
     import onnx     # imported where it is used: PyTorch builds never load it
 
-Model = "onnx.ModelProto"
+Model: TypeAlias = "onnx.ModelProto"
 
 # The torch lowering hands IREE the ONNX import itself: IREE's ONNX input keeps QDQ models'
 # contractions integer, where torch-mlir's own ONNX-to-torch pipeline leaves them f32 (measured,

@@ -4,7 +4,6 @@ rewrites; torch-mlir's FX importer."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import inspect
 from collections import Counter
