@@ -21,7 +21,7 @@ SOURCES = ("pyproject.toml", "README.md", "edgekit", "targets", "recipes", "runt
 WHERE = """
 import json, edgekit
 from edgekit.config.resources import recipes_dir, shims_dir, targets_dir
-from edgekit.demo import DEFAULT_RECIPE
+from edgekit.api.demo import DEFAULT_RECIPE
 print(json.dumps({"edgekit": edgekit.__file__, "shims": sorted(p.name for p in shims_dir().iterdir()),
                   "targets": str(targets_dir()), "recipes": str(recipes_dir()),
                   "demo_recipe": DEFAULT_RECIPE.is_file()}))
