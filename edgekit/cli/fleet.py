@@ -164,7 +164,7 @@ def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: 
     name = app or load_recipe(recipe).name
     rows = read_status(load_fleet(fleet_file).select(limit), name)
     if as_json:
-        render.emit_json(rows)
+        render.emit_json([r.model_dump(mode="json") for r in rows])
     else:
         render.fleet_status_table(name, rows)
 

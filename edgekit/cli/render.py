@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
+    from edgekit.models.fleet import FleetDeviceStatus
     from edgekit.models.report import ValidationReport
     from edgekit.pipeline.build import BuildResult
 
@@ -293,19 +294,19 @@ def _ms(value) -> str:
     return "-" if value is None else f"{value:.3f} ms"
 
 
-def fleet_status_table(app: str, rows: list[dict]) -> None:
+def fleet_status_table(app: str, rows: list[FleetDeviceStatus]) -> None:
     table = Table(title=f"fleet status: {app}")
     for col in ("device", "address", "target", "current", "built for", "runtime",
                 "last validation"):
         table.add_column(col)
     for r in rows:
-        if not r["reachable"]:
-            table.add_row(r["device"], r["address"], r["target"],
-                          f"[red]unreachable[/] {escape(r['error'])}", "", "", "")
+        if not r.reachable:
+            table.add_row(r.device, r.address, r.target,
+                          f"[red]unreachable[/] {escape(r.error)}", "", "", "")
             continue
-        v = r["last_validation"]
+        v = r.last_validation
         checked = "-" if v is None else \
-            f"{'[green]ok[/]' if v['ok'] else '[red]rejected[/]'} {v['release']} {v['at']}"
-        table.add_row(r["device"], r["address"], r["target"], r["current"] or "-",
-                      r["built_for"] or "-", r["runtime"] or "-", checked)
+            f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {v.release} {v.at}"
+        table.add_row(r.device, r.address, r.target, r.current or "-",
+                      r.built_for or "-", r.runtime or "-", checked)
     out.print(table)

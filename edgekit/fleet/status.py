@@ -14,6 +14,7 @@ from edgekit.device import layout
 from edgekit.device.bench import remote_manifest
 from edgekit.device.releases import current_release
 from edgekit.errors import EdgekitError
+from edgekit.models.fleet import FleetDeviceStatus, LastValidation
 from edgekit.config.address import safe_name
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
@@ -21,34 +22,32 @@ from edgekit.transport.base import Transport
 VALIDATION_EVENTS = ("validated", "rejected")
 
 
-def fleet_status(fleet: Fleet, app: str, concurrency: int = 8) -> list[dict]:
+def fleet_status(fleet: Fleet, app: str, concurrency: int = 8) -> list[FleetDeviceStatus]:
     app = safe_name(app, "app")
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="status") as pool:
         return list(pool.map(lambda d: device_status(d, app), fleet.devices))
 
 
-def device_status(device: FleetDevice, app: str) -> dict:
-    row = {"device": device.name, "address": device.address, "target": device.target,
-           "groups": list(device.groups), "labels": device.labels, "reachable": False,
-           "current": None, "built_for": None, "runtime": None, "last_validation": None,
-           "error": ""}
+def device_status(device: FleetDevice, app: str) -> FleetDeviceStatus:
+    row = FleetDeviceStatus(device=device.name, address=device.address, target=device.target,
+                            groups=tuple(device.groups), labels=dict(device.labels))
+    read: dict = {}
     try:
         identity = Path(device.identity) if device.identity else None
         with open_device(device.address, identity) as conn:
-            row["reachable"] = True
-            current = current_release(conn, app)
-            row["current"] = current
+            read["reachable"] = True
+            current = read["current"] = current_release(conn, app)
             if current:
                 manifest = remote_manifest(conn, app, current)
-                row["built_for"] = manifest.target
-                row["runtime"] = f"iree {manifest.compiler_version}"
-            row["last_validation"] = last_validation(conn, app)
+                read["built_for"] = manifest.target
+                read["runtime"] = f"iree {manifest.compiler_version}"
+            read["last_validation"] = last_validation(conn, app)
     except EdgekitError as exc:
-        row["error"] = f"{type(exc).__name__}: {exc.what}"
-    return row
+        read["error"] = f"{type(exc).__name__}: {exc.what}"
+    return row.model_copy(update=read)
 
 
-def last_validation(conn: Transport, app: str) -> dict | None:
+def last_validation(conn: Transport, app: str) -> LastValidation | None:
     """The newest validated/rejected event of the device's journal for `app`."""
     for line in reversed((conn.read_text(layout.journal(app)) or "").splitlines()):
         try:
@@ -58,6 +57,7 @@ def last_validation(conn: Transport, app: str) -> dict | None:
         if event.get("event") in VALIDATION_EVENTS:
             when = datetime.datetime.fromtimestamp(int(event.get("ts", 0)),
                                                    datetime.timezone.utc)
-            return {"release": event.get("release"), "ok": event["event"] == "validated",
-                    "at": when.isoformat(timespec="seconds")}
+            return LastValidation(release=str(event.get("release")),
+                                  ok=event["event"] == "validated",
+                                  at=when.isoformat(timespec="seconds"))
     return None

@@ -70,3 +70,27 @@ class FleetResult(Frozen):
     devices: tuple[DeviceOutcome, ...]
     seconds: float
     journal: str
+
+
+class LastValidation(Frozen):
+    """The newest on-device validation of an app, from the device's own journal."""
+
+    release: str
+    ok: bool
+    at: str                           # ISO time, UTC
+
+
+class FleetDeviceStatus(Frozen):
+    """One row of `edgekit fleet status`: what a device runs now, read from the device."""
+
+    device: str
+    address: str
+    target: str
+    groups: tuple[str, ...] = ()
+    labels: dict[str, str] = {}
+    reachable: bool = False
+    current: str | None = None
+    built_for: str | None = None      # the target profile the current release was built for
+    runtime: str | None = None
+    last_validation: LastValidation | None = None
+    error: str = ""                   # why the device could not be read

@@ -57,8 +57,8 @@ def test_a_fleet_updates_in_waves_canary_first_and_reports_its_status(tmp_path, 
     steps = [e.step for e in seen if isinstance(e, ev.DeviceStep) and e.device == "d2"]
     assert steps == ["preflight", "provision", "upload", "validate", "activate"]
     rows = fleet_status(load_fleet(fleet), APP)
-    assert all(r["reachable"] and r["current"] == release_id(v1) and r["built_for"] == "host"
-               and r["last_validation"]["ok"] for r in rows), rows
+    assert all(r.reachable and r.current == release_id(v1) and r.built_for == "host"
+               and r.last_validation.ok for r in rows), rows
 
 
 @pytest.mark.parametrize("scope", ["wave", "all"])
