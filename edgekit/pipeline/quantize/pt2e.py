@@ -44,7 +44,8 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
     if quantize.mode == "fp16":
         from edgekit.pipeline.quantize.fp16 import Fp16Contractions
         reference = _runner(exported.program.module(), Fp16Contractions)
-        program, digest, note = exported.program, exported.digest, {}
+        program, digest = exported.program, exported.digest
+        note = QuantizationNote(mode=quantize.mode)
     else:
         weights_only = quantize.mode == "int8-weights"
         calibration = [] if weights_only else calibration_samples(recipe, exported.inputs)
@@ -67,16 +68,17 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
         program = _reexport(recipe, graph, exported)
         reference = _runner(graph)
         digest = program_digest(program)
-        note = {"weights": quantize.weights or "", "quantized_ops": count,
-                "allow_float_contractions": quantize.allow_float_contractions,
-                "calibration": (f"{quantize.calibration} ({len(calibration)} samples)"
-                                if calibration else "")}
+        note = QuantizationNote(
+            mode=quantize.mode, weights=quantize.weights or "", quantized_ops=count,
+            allow_float_contractions=quantize.allow_float_contractions,
+            calibration=(f"{quantize.calibration} ({len(calibration)} samples)"
+                         if calibration else ""))
     report = accuracy_report(fp32, reference, held_out, source, names)
     check_floor(report, quantize.min_cosine, quantize.mode, where=f"{recipe.path} (quantize)")
     golden = tuple(reference(exported.samples))
     return dataclasses.replace(
         exported, program=program, digest=digest, golden=golden,
-        quantization=QuantizationNote(mode=quantize.mode, accuracy=report, **note))
+        quantization=note.model_copy(update={"accuracy": report}))
 
 
 def _reexport(recipe: Recipe, graph: torch.fx.GraphModule,
