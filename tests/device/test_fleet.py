@@ -2,16 +2,14 @@
 max_fail, rollback on halt, unreachable devices, hooks, an interrupted rollout resumed."""
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from edgekit.fleet.journal import read_events, rollouts_dir
+from edgekit.fleet.journal import read_events
 from edgekit.lab import devices as lab
+from tests.fixtures.rollouts import kill_update_after
 from tests.integration.helpers import edgekit
 
 FLEET_APP = 'name: {name}\nmodel:\n  python: "@TINY@:{factory}"\n' \
@@ -204,24 +202,8 @@ def test_a_killed_fleet_update_resumes_without_redoing_finished_devices(
     fleet = fleet_file(tmp_path, twenty,
                        rollout="{canary: 1, waves: [3], concurrency: 2, max_p90_ratio: null}")
     v3 = recipe(write_recipe, "fleet", seed=3)
-    known = set(rollouts_dir().glob("*")) if rollouts_dir().is_dir() else set()
     before = {d.name: current_of(d, "fleet") for d in twenty}
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", "fleet", "update",
-                             "--fleet", str(fleet), "--recipe", str(v3)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=dict(os.environ))
-    deadline = time.monotonic() + 300
-    directory = None
-    while time.monotonic() < deadline:
-        new = (set(rollouts_dir().glob("*")) if rollouts_dir().is_dir() else set()) - known
-        if new:
-            directory = new.pop()
-            if sum(e.event == "device-done" for e in read_events(directory)) >= 5:
-                break
-        assert proc.poll() is None, proc.stderr.read().decode()
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    directory = kill_update_after(5, fleet, v3)
     events = read_events(directory)
     done_before = {e.device for e in events if e.event == "device-done"}
     assert 5 <= len(done_before) < 20

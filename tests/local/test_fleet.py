@@ -1,21 +1,17 @@
 """Fleet rollouts over devices that are directories here: waves, a failing device halting its
 wave, rollback on halt, the latency gate, and a rollout killed mid-way then resumed."""
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from edgekit.config.fleet import load_fleet
 from edgekit.device.deploy import release_id
-from edgekit.fleet.journal import read_events, rollouts_dir
+from edgekit.fleet.journal import read_events
 from edgekit.fleet.rollout import UpdateOptions, resume, update
 from edgekit.fleet.status import fleet_status
 from edgekit.models import events as ev
+from tests.fixtures.rollouts import kill_update_after
 from tests.local.conftest import APP, RECIPE, current_of
 
 pytestmark = pytest.mark.local
@@ -113,22 +109,7 @@ def test_the_latency_gate_benchmarks_both_releases_on_the_device(tmp_path, v1, v
 def test_a_killed_rollout_resumes_without_redoing_finished_devices(tmp_path, v1):
     fleet = fleet_file(tmp_path, 5, rollout="{canary: 1, waves: [1], concurrency: 1}",
                        hooks="hooks: {after_activate: 'sleep 0.5'}\n")
-    known = set(rollouts_dir().glob("*")) if rollouts_dir().is_dir() else set()
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", "fleet", "update",
-                             "--fleet", str(fleet), "--recipe", str(RECIPE)], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=dict(os.environ))
-    directory, deadline = None, time.monotonic() + 120
-    while time.monotonic() < deadline:
-        new = (set(rollouts_dir().glob("*")) if rollouts_dir().is_dir() else set()) - known
-        if new:
-            directory = new.pop()
-            if sum(isinstance(e, ev.DeviceDone) for e in read_events(directory)) >= 2:
-                break
-        assert proc.poll() is None, proc.stderr.read().decode()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    directory = kill_update_after(2, fleet, RECIPE, cwd=tmp_path, timeout=120)
     events = read_events(directory)
     done_before = {e.device for e in events if isinstance(e, ev.DeviceDone)}
     assert 2 <= len(done_before) < 5
