@@ -13,9 +13,10 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
 
 # Test tiers, by folder: `pytest -m unit` (pure logic and shims, under a minute), `local`
 # (device code on the local transport, real shims, seconds), `integration` (real torch-mlir and
-# IREE on tiny models), `device` (real sshd lab devices, arm64 under qemu).
+# IREE on tiny models), `device` (real sshd lab devices, arm64 under qemu), `faults` (faults
+# injected for real into deploys to lab devices).
 TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
-         "device": "device"}
+         "device": "device", "faults": "faults"}
 
 
 def pytest_collection_modifyitems(config, items):
