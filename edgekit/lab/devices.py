@@ -121,7 +121,9 @@ def up(arch: str = "x86_64", count: int = 1,
         devices[device.name] = device
         _save_lab(devices)        # recorded before anything is created: `down` can undo it
         try:
-            _create(device)
+            device = _create(device)
+            devices[device.name] = device
+            _save_lab(devices)
             if chroot:            # held by this process while the device starts
                 hold_mounts(Path(chroot), _holder(device), home=str(edgekit_home()),
                             proc=identify(os.getpid()))
@@ -207,7 +209,8 @@ def _plan(arch: str, index: int, chroot: str) -> LabDevice:
                      home=f"{inside}/home", uid=_free_uid(chroot))
 
 
-def _create(device: LabDevice) -> None:
+def _create(device: LabDevice) -> LabDevice:
+    """The device's folders, host key and user; returns it with the uid it got."""
     name, chroot = device.name, device.chroot
     inside = device.config_dir.removeprefix(chroot).removesuffix("/sshd")
     config = Path(device.config_dir)
@@ -220,8 +223,16 @@ def _create(device: LabDevice) -> None:
     run_tool(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name,
               "-f", str(config / "ssh_host_ed25519_key")], what="creating a device host key")
     shutil.copyfile(identity_path().with_suffix(".pub"), config / "authorized_keys")
-    _add_user(device)
+    for attempt in range(3):
+        try:
+            _add_user(device)
+            break
+        except ToolError as exc:    # 4: another lab took the uid since `_plan` chose it
+            if exc.returncode != 4 or attempt == 2:
+                raise
+            device = device.model_copy(update={"uid": _free_uid(chroot)})
     (config / "sshd_config").write_text(_sshd_config(device, inside))
+    return device
 
 
 def _sshd_config(device: LabDevice, inside: str) -> str:
@@ -305,7 +316,7 @@ def _spawn(device: LabDevice) -> LabDevice:
     argv = ["/usr/sbin/sshd", "-D", "-f", f"{inside}/sshd_config", "-E", f"{inside}/sshd.log"]
     if device.chroot:
         argv = ["chroot", device.chroot, *argv]
-    reaper = subprocess.Popen([sys.executable, "-I", str(REAPER), *argv],
+    reaper = subprocess.Popen([sys.executable, "-I", "-S", str(REAPER), *argv],
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     proc = identify(reaper.pid)

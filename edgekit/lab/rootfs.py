@@ -33,17 +33,23 @@ def rootfs_path() -> Path:
     return Path(env) if env else cache_root() / "lab" / f"rootfs-arm64-{SUITE}"
 
 
-def ensure_qemu_binfmt() -> None:
-    """arm64 binaries must run through qemu (binfmt_misc with the F flag, so inside a chroot)."""
+def ensure_qemu_binfmt(on_progress=None) -> None:
+    """arm64 binaries must run through qemu (binfmt_misc with the F flag, so inside a chroot).
+    Done only when missing, and left as it is afterwards: it is machine-wide (other labs and
+    programs use it) and the same state installing qemu-user-static gives at boot."""
     if not (BINFMT / "register").exists():
         run_tool(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
                  what="mounting binfmt_misc", hint="the lab needs root")
+        if on_progress:
+            on_progress(f"mounted binfmt_misc on {BINFMT} (left mounted)")
     entry = BINFMT / "qemu-aarch64"
     if not entry.exists() or "enabled" not in entry.read_text():
         if not shutil.which("update-binfmts"):
             raise LabSetupError("qemu user emulation is not installed",
                                 hint="apt-get install qemu-user-static binfmt-support debootstrap")
         run_tool(["update-binfmts", "--enable", "qemu-aarch64"], what="enabling qemu-aarch64")
+        if on_progress:
+            on_progress("enabled qemu-aarch64 in binfmt_misc (left enabled)")
 
 
 def apt_mirror() -> str | None:
@@ -65,7 +71,7 @@ def apt_mirror() -> str | None:
 def ensure_rootfs(on_progress=None) -> Path:
     """The arm64 rootfs, built on first use (a few minutes), afterwards reused."""
     root = rootfs_path()
-    ensure_qemu_binfmt()
+    ensure_qemu_binfmt(on_progress)
     if (root / READY_MARK).is_file():
         return root
     if not shutil.which("debootstrap"):

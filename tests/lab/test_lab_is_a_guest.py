@@ -3,7 +3,6 @@ tree (never "every process of uid N"), removes the users it created, and unmount
 arm64 rootfs's /proc and /dev only when no device of any lab runs there any more."""
 
 import os
-import signal
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +13,7 @@ from edgekit.config.devices import resolve_device
 from edgekit.device.probe import probe
 from edgekit.lab import devices as lab
 from edgekit.lab.procs import identify
-from edgekit.lab.rootfs import mounts_dir, rootfs_path
+from edgekit.lab.rootfs import hold_mounts, mounts_dir, release_mounts, rootfs_path
 from edgekit.transport.ssh import connect
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
@@ -124,3 +123,45 @@ def test_the_rootfs_mounts_go_when_the_last_lab_is_down(two_arm_labs):
     others = list(mounts_dir(root).glob("holder-*.json"))   # e.g. tests/device's session lab
     assert mounted(root / "proc") == bool(others)
     assert mounted(root / "dev") == bool(others)
+
+
+def test_a_dead_labs_hold_is_ignored_and_a_mount_that_was_there_before_stays(tmp_path):
+    root = tmp_path / "rootfs"
+    for sub in ("proc", "dev"):
+        (root / sub).mkdir(parents=True)
+    subprocess.run(["mount", "--bind", "/dev", str(root / "dev")], check=True)  # not the lab's
+    crashed = subprocess.Popen(["sleep", "300"])
+    live = subprocess.Popen(["sleep", "300"])
+    try:
+        hold_mounts(root, "crashed-lab", home="/a", proc=identify(crashed.pid))
+        hold_mounts(root, "live-lab", home="/b", proc=identify(live.pid))
+        assert mounted(root / "proc")
+        crashed.kill()
+        crashed.wait()          # a lab that died without `lab down`
+        assert release_mounts(root, "live-lab") == ["proc"]
+        assert not mounted(root / "proc")
+        assert mounted(root / "dev"), "lab down unmounted a mount it did not make"
+        assert not list(mounts_dir(root).glob("holder-*"))
+    finally:
+        live.kill()
+        live.wait()
+        for sub in ("proc", "dev"):
+            if mounted(root / sub):
+                subprocess.run(["umount", "-l", str(root / sub)], check=True)
+
+
+def test_a_live_holder_keeps_the_mounts(tmp_path):
+    root = tmp_path / "rootfs"
+    for sub in ("proc", "dev"):
+        (root / sub).mkdir(parents=True)
+    try:
+        hold_mounts(root, "lab-a-dev-1", home="/a", proc=identify(os.getpid()))
+        hold_mounts(root, "lab-b-dev-1", home="/b", proc=identify(os.getpid()))
+        assert release_mounts(root, "lab-a-dev-1") == []
+        assert mounted(root / "proc") and mounted(root / "dev")
+        assert release_mounts(root, "lab-b-dev-1") == ["dev", "proc"]
+        assert not mounted(root / "proc") and not mounted(root / "dev")
+    finally:
+        for sub in ("proc", "dev"):
+            if mounted(root / sub):
+                subprocess.run(["umount", "-l", str(root / sub)], check=True)
