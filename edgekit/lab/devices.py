@@ -31,7 +31,7 @@ from typing import Literal
 from edgekit.config.devices import DeviceEntry, load_registry, save_registry
 from edgekit.config.paths import edgekit_home, known_hosts_path
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
-from edgekit.errors import LabSetupError, ToolError
+from edgekit.errors import EdgekitError, LabSetupError, ToolError
 from edgekit.lab.procs import Proc, alive, descendants, identify, send, uids_in_use
 from edgekit.lab.rootfs import ensure_rootfs, hold_mounts, release_mounts, rootfs_path
 from edgekit.toolchain.runner import run_tool
@@ -137,7 +137,10 @@ def up(arch: str = "x86_64", count: int = 1,
                             proc=device.process)
             _wait_until_ready(device)
         except BaseException:
-            down([device.name])
+            try:
+                down([device.name])     # undo what was recorded; the first error is the news
+            except (EdgekitError, OSError):
+                pass
             raise
         _register(device)
         started.append(device)
@@ -401,4 +404,3 @@ def _register(device: LabDevice) -> None:
     registry[device.name] = DeviceEntry(name=device.name, address=device.address,
                                         identity=str(identity_path()), arch=device.arch, lab=True)
     save_registry(registry)
-
