@@ -16,7 +16,7 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
 # IREE on tiny models), `device` (real sshd lab devices, arm64 under qemu), `faults` (faults
 # injected for real into deploys to lab devices).
 TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
-         "device": "device", "faults": "faults"}
+         "device": "device", "lab": "device", "faults": "faults"}
 
 
 def pytest_collection_modifyitems(config, items):

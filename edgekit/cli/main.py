@@ -485,7 +485,7 @@ def lab_status(as_json: bool) -> None:
 def lab_down() -> None:
     """Stop every lab device and remove its user, files and registration."""
     from edgekit.lab import devices as lab_devices
-    stopped = lab_devices.down()
+    stopped = lab_devices.down(on_progress=render.err.print)
     render.out.print(f"stopped {len(stopped)} lab device(s)")
 
 
