@@ -119,32 +119,31 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
         files, sent = upload_release(conn, bundle, app, release, shims)
 
         stage("validate")
-        try:
+        try:   # a release that does not go live here does not stay (unless protected)
             report = validate_on_device(conn, bundle, layout.release_dir(app, release),
                                         runtime, shims)
+            if not report.ok:
+                journal_event(conn, app, "rejected", release)
+                kept = (f"`current` still points at {previous}" if previous
+                        else "the app has no current release")
+                raise ValidationFailed(
+                    f"on-device validation failed on {conn.where}: release {release} was not "
+                    f"activated; {kept}", report=report,
+                    hint=_mismatch_hint(m.backend, info))
+
+            journal_event(conn, app, "validated", release)
+            measured: dict = {}
+            if gate is not None:
+                stage("gate")
+                measured = gate(conn, info, release)
+
+            activated = previous != release
+            if activated:
+                stage("activate")
+                activate(conn, app, release, shims)
         except BaseException:
             _discard_unless_protected(conn, app, release)
             raise
-        if not report.ok:
-            _discard_unless_protected(conn, app, release)
-            journal_event(conn, app, "rejected", release)
-            kept = (f"`current` still points at {previous}" if previous
-                    else "the app has no current release")
-            raise ValidationFailed(
-                f"on-device validation failed on {conn.where}: release {release} was not "
-                f"activated; {kept}", report=report,
-                hint=_mismatch_hint(m.backend, info))
-
-        journal_event(conn, app, "validated", release)
-        measured: dict = {}
-        if gate is not None:
-            stage("gate")
-            measured = gate(conn, info, release)
-
-        activated = previous != release
-        if activated:
-            stage("activate")
-            activate(conn, app, release, shims)
     if hooks is not None and (hooks.after_activate or hooks.health) and \
             (activated or hooks_when_current):
         stage("hooks")
@@ -317,18 +316,31 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
                     comparisons.append(_run_failed(sig.name, expected, result.stderr))
                     continue
                 conn.get(f"{out_dir}/output_{i}.npy", local)
-                comparisons.append(compare_output(sig.name, np.load(local, allow_pickle=False),
-                                                  expected, m.tolerances.for_output(sig.name)))
+                try:
+                    actual = np.load(local, allow_pickle=False)
+                except (ValueError, EOFError, OSError) as exc:
+                    raise _unreadable_output(conn, m.app, f"output_{i}.npy", exc) from None
+                comparisons.append(compare_output(sig.name, actual, expected,
+                                                  m.tolerances.for_output(sig.name)))
     finally:
         _remove_quietly(conn, out_dir)
-    if result.returncode != 0 and b"No space left on device" in result.stderr:
-        raise RemoteCommandFailed(
-            "the device ran out of disk space during validation", where=conn.where,
-            argv=["run.sh", release_dir], returncode=result.returncode,
-            stderr_tail="", hint="free space on the device; the release was not activated")
     return ValidationReport(app=m.app, target=m.target, where=conn.where,
                             ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
                             seconds=round(seconds, 4))
+
+
+def _unreadable_output(conn: Transport, app: str, name: str,
+                       exc: Exception) -> RemoteCommandFailed:
+    """An output the device wrote but that is no .npy (iree-run-module does not notice a
+    failed write): say so, with the space left where it was written (a full disk, usually)."""
+    df = conn.run(["df", "-Pk", layout.app_dir(app)], check=False)
+    fields = (df.text.splitlines()[1:2] or [""])[0].split()
+    free = f"{fields[3]} KiB free" if len(fields) > 3 else "free space unknown"
+    return RemoteCommandFailed(
+        f"validation output {name} came back unreadable ({str(exc) or type(exc).__name__}); "
+        f"the device's disk has {free}; the release was not activated", where=conn.where,
+        argv=["run.sh", name], returncode=1, stderr_tail="",
+        hint="a full disk truncates outputs: free space on the device and deploy again")
 
 
 def _run_failed(name: str, expected: np.ndarray, stderr: bytes):
