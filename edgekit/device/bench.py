@@ -22,7 +22,7 @@ from edgekit.device.deploy import deploy_bundle
 from edgekit.device.history import store
 from edgekit.device.probe import SHIMS, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
-from edgekit.device.releases import current_release
+from edgekit.device.releases import current_release, verify_release
 from edgekit.errors import BundleError, ConfigError, RemoteCommandFailed
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
 from edgekit.models.bundle import MANIFEST, Manifest, load_bundle
@@ -72,6 +72,8 @@ def run_bench(options: BenchOptions,
                 raise ConfigError(f"app {app!r} has no current release on {conn.where}",
                                   key="app",
                                   hint="deploy it first, or pass --bundle")
+            # corruption on the device shows as a sha256 mismatch, not as an IREE error
+            verify_release(conn, app, release, layout.shims_dir(shim_version()))
             manifest = remote_manifest(conn, app, release)
             configs = _thread_configs(options.threads, manifest.runtime_driver)
             per_round = -(-options.repetitions // options.rounds)

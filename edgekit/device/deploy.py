@@ -4,13 +4,19 @@ Order chosen so that a bad release never goes live: the new release is validated
 from its own directory *before* `current` is switched, so a failed validation leaves `current`
 exactly as it was (nothing to roll back). The switch itself is the activate shim's rename(2).
 `edgekit rollback` moves `current` back to the previously activated release.
+
+Crash consistency: a release directory that `current` or the rollback target points at is
+never removed or moved; an existing copy of the release being deployed is verified in place
+(and, if corrupted, repaired file by file when it is live, or replaced by a fresh staging copy
+when it is not). Whatever a killed deploy leaves (staging, validation scratch, a release never
+activated) is removed by the next deploy of the app (`releases.clean_leftovers`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,8 +30,11 @@ from edgekit.config.recipe import Hooks
 from edgekit.device import layout, preflight
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
-from edgekit.device.releases import activate, current_release, journal_event, prune_releases
-from edgekit.errors import DeviceIncompatible, HealthGateFailed, ValidationFailed
+from edgekit.device.releases import (activate, clean_leftovers, current_release, in_flight,
+                                     journal_event, protected_releases, prune_releases,
+                                     scratch_token, verify_release)
+from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
+                            RemoteCommandFailed, ValidationFailed)
 from edgekit.models.bundle import Bundle, MANIFEST, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import Transport
@@ -56,6 +65,9 @@ def release_id(bundle: Bundle) -> str:
     content = json.dumps({"app": m.app, "target": m.target, "files": m.files,
                           "driver": m.runtime_driver}, sort_keys=True)
     return hashlib.sha256(content.encode()).hexdigest()[:16]
+
+
+HOOK_GRACE_S = 30.0   # the host waits this much past a hook's timeout_s (the shim kills it)
 
 
 # Runs after on-device validation and before activation; raises (HealthGateFailed) to keep the
@@ -102,31 +114,36 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     previous = current_release(conn, app)
 
     stage("upload")
-    files, sent = upload_release(conn, bundle, app, release, shims)
+    clean_leftovers(conn, app, keep=release)   # before the upload: a full disk gets its space
+    with in_flight(conn, app, release):
+        files, sent = upload_release(conn, bundle, app, release, shims)
 
-    stage("validate")
-    report = validate_on_device(conn, bundle, layout.release_dir(app, release), runtime, shims)
-    if not report.ok:
-        journal_event(conn, app, "rejected", release)
-        if previous != release:
-            conn.run(["rm", "-rf", "--", layout.release_dir(app, release)])
-        kept = (f"`current` still points at {previous}" if previous
-                else "the app has no current release")
-        raise ValidationFailed(
-            f"on-device validation failed on {conn.where}: release {release} was not "
-            f"activated; {kept}", report=report,
-            hint=_mismatch_hint(m.backend, info))
+        stage("validate")
+        try:   # a release that does not go live here does not stay (unless protected)
+            report = validate_on_device(conn, bundle, layout.release_dir(app, release),
+                                        runtime, shims)
+            if not report.ok:
+                journal_event(conn, app, "rejected", release)
+                kept = (f"`current` still points at {previous}" if previous
+                        else "the app has no current release")
+                raise ValidationFailed(
+                    f"on-device validation failed on {conn.where}: release {release} was not "
+                    f"activated; {kept}", report=report,
+                    hint=_mismatch_hint(m.backend, info))
 
-    journal_event(conn, app, "validated", release)
-    measured: dict = {}
-    if gate is not None:
-        stage("gate")
-        measured = gate(conn, info, release)
+            journal_event(conn, app, "validated", release)
+            measured: dict = {}
+            if gate is not None:
+                stage("gate")
+                measured = gate(conn, info, release)
 
-    activated = previous != release
-    if activated:
-        stage("activate")
-        activate(conn, app, release, shims)
+            activated = previous != release
+            if activated:
+                stage("activate")
+                activate(conn, app, release, shims)
+        except BaseException:
+            _discard_unless_protected(conn, app, release)
+            raise
     if hooks is not None and (hooks.after_activate or hooks.health) and \
             (activated or hooks_when_current):
         stage("hooks")
@@ -152,23 +169,37 @@ def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
     for name, command in (("after_activate", hooks.after_activate), ("health", hooks.health)):
         if not command:
             continue
-        result = conn.run(["env", *env, "sh", "-c", command], check=False,
-                          timeout=hooks.timeout_s)
-        if result.returncode == 0:
+        # the hook shim keeps the deadline on the device and kills the hook's whole process
+        # group past it (exit 124); the host's own deadline is a backstop for a stalled device
+        try:
+            result = conn.run(["env", *env, "sh", f"{shims}/hook.sh", f"{hooks.timeout_s:g}",
+                               command], check=False, timeout=hooks.timeout_s + HOOK_GRACE_S)
+            code, stderr = result.returncode, result.stderr
+        except RemoteCommandFailed as exc:
+            if exc.returncode != 124:
+                raise
+            code, stderr = 124, b""
+        if code == 0:
             continue
-        restore_release(conn, app, fallback, shims)
         journal_event(conn, app, f"{name}-failed", release)
-        tail = result.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        restore_release(conn, app, fallback, shims)
         back = f"`current` is back on {fallback}" if fallback else "the app has no current " \
             "release again"
-        raise HealthGateFailed(f"the {name} hook exited with {result.returncode} "
-                               f"({tail[0][:200]}); {back}", where=conn.where,
+        if code == 124:
+            failure = (f"did not finish within {hooks.timeout_s:g} s (timeout_s; its processes "
+                       f"were killed)")
+        else:
+            tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            failure = f"exited with {code} ({tail[0][:200]})"
+        raise HealthGateFailed(f"the {name} hook {failure}; {back}", where=conn.where,
                                hint=f"run the hook by hand on the device: {command}")
 
 
 def restore_release(conn: Transport, app: str, release: str | None, shims: str) -> None:
-    """Make `release` current again, or leave the app with no current release (None)."""
+    """Make `release` current again (after re-checking its sha256), or leave the app with no
+    current release (None)."""
     if release:
+        verify_release(conn, app, release, shims)
         activate(conn, app, release, shims)
         journal_event(conn, app, "rollback", release)
     else:
@@ -179,26 +210,71 @@ def restore_release(conn: Transport, app: str, release: str | None, shims: str) 
 def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
                    shims: str) -> tuple[int, int]:
     """Put the release in place, verified. An identical release already there (its
-    SHA256SUMS verify) moves no payload. Returns (files, bytes) sent."""
+    SHA256SUMS verify) moves no payload. A corrupted copy that `current` or the rollback
+    target points at is repaired in place, file by file (each file replaced by rename(2), so
+    the directory is never missing); any other corrupted copy is moved aside only once a
+    verified staging copy is ready to take its name. Returns (files, bytes) sent."""
     target = layout.release_dir(app, release)
     verify = ["sh", f"{shims}/verify.sh"]
-    if conn.run([*verify, target], check=False).returncode == 0:
+    exists = conn.listdir(target) is not None
+    if exists and conn.run([*verify, target], check=False).returncode == 0:
         return 0, 0
     with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
         extras = release_extras(bundle, Path(tmp))
-        staging = layout.staging_dir(app, secrets.token_hex(6))
-        conn.mkdirs(f"{staging}/golden")
-        sent = 0
         local_files = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
         local_files += [(path, path.name) for path in extras]
-        for local, rel in local_files:
-            sent += conn.put(local, f"{staging}/{rel}")
-        conn.run([*verify, staging],
-                 what="uploaded files do not match their sha256 on the device")
-        conn.run(["rm", "-rf", "--", target])  # an incomplete or corrupted earlier copy
-        conn.mkdirs(f"{layout.app_dir(app)}/releases")
-        conn.rename(staging, target)
+        if exists and release in protected_releases(conn, app):
+            return len(local_files), _repair_in_place(conn, target, local_files, verify)
+        staging = layout.staging_dir(app, scratch_token())
+        try:
+            conn.mkdirs(f"{staging}/golden")
+            sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in local_files)
+            conn.run([*verify, staging],
+                     what="uploaded files do not match their sha256 on the device")
+            conn.mkdirs(f"{layout.app_dir(app)}/releases")
+            aside = None
+            if exists:  # corrupted and not live: out of the way, removed once replaced
+                aside = layout.trash_dir(app, scratch_token())
+                conn.rename(target, aside)
+            conn.rename(staging, target)
+        except BaseException:
+            _remove_quietly(conn, staging)
+            raise
+        if aside:
+            _remove_quietly(conn, aside)
     return len(local_files), sent
+
+
+def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path, str]],
+                     verify: list[str]) -> int:
+    """Rewrite every file of a live release: each under a temporary name, then renamed over
+    the old one. Returns the bytes sent."""
+    conn.mkdirs(f"{target}/golden")
+    sent = 0
+    for local, rel in local_files:
+        partial = f"{target}/{rel}.partial"
+        try:
+            sent += conn.put(local, partial)
+            conn.rename(partial, f"{target}/{rel}")
+        except BaseException:
+            _remove_quietly(conn, partial)
+            raise
+    conn.run([*verify, target], what="the repaired release does not match its sha256 on "
+                                     "the device")
+    return sent
+
+
+def _remove_quietly(conn: Transport, path: str) -> None:
+    """Best-effort clean-up on a failure path (the next deploy removes what remains)."""
+    with contextlib.suppress(EdgekitError):
+        conn.run(["rm", "-rf", "--", path], check=False)
+
+
+def _discard_unless_protected(conn: Transport, app: str, release: str) -> None:
+    """Remove a release that did not validate, unless `current` or the rollback target."""
+    with contextlib.suppress(EdgekitError):
+        if release not in protected_releases(conn, app):
+            _remove_quietly(conn, layout.release_dir(app, release))
 
 
 def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
@@ -225,7 +301,7 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
                        shims: str) -> ValidationReport:
     """Run the golden inputs with the device's runtime; compare the outputs here, on the host."""
     m = bundle.manifest
-    out_dir = f"{layout.app_dir(m.app)}/.validation-{secrets.token_hex(6)}"
+    out_dir = layout.validation_dir(m.app, scratch_token())
     started = time.perf_counter()
     try:
         result = conn.run(["sh", f"{shims}/run.sh", runtime, release_dir, out_dir],
@@ -240,13 +316,31 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
                     comparisons.append(_run_failed(sig.name, expected, result.stderr))
                     continue
                 conn.get(f"{out_dir}/output_{i}.npy", local)
-                comparisons.append(compare_output(sig.name, np.load(local, allow_pickle=False),
-                                                  expected, m.tolerances.for_output(sig.name)))
+                try:
+                    actual = np.load(local, allow_pickle=False)
+                except (ValueError, EOFError, OSError) as exc:
+                    raise _unreadable_output(conn, m.app, f"output_{i}.npy", exc) from None
+                comparisons.append(compare_output(sig.name, actual, expected,
+                                                  m.tolerances.for_output(sig.name)))
     finally:
-        conn.run(["rm", "-rf", "--", out_dir], check=False)
+        _remove_quietly(conn, out_dir)
     return ValidationReport(app=m.app, target=m.target, where=conn.where,
                             ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
                             seconds=round(seconds, 4))
+
+
+def _unreadable_output(conn: Transport, app: str, name: str,
+                       exc: Exception) -> RemoteCommandFailed:
+    """An output the device wrote but that is no .npy (iree-run-module does not notice a
+    failed write): say so, with the space left where it was written (a full disk, usually)."""
+    df = conn.run(["df", "-Pk", layout.app_dir(app)], check=False)
+    fields = (df.text.splitlines()[1:2] or [""])[0].split()
+    free = f"{fields[3]} KiB free" if len(fields) > 3 else "free space unknown"
+    return RemoteCommandFailed(
+        f"validation output {name} came back unreadable ({str(exc) or type(exc).__name__}); "
+        f"the device's disk has {free}; the release was not activated", where=conn.where,
+        argv=["run.sh", name], returncode=1, stderr_tail="",
+        hint="a full disk truncates outputs: free space on the device and deploy again")
 
 
 def _run_failed(name: str, expected: np.ndarray, stderr: bytes):

@@ -6,6 +6,14 @@
     .edgekit/apps/<app>/current -> releases/<release-id>
     .edgekit/apps/<app>/journal.jsonl
 
+and, while a deploy runs, its scratch beside `releases/` (dot names, tagged with the deploying
+process, so the next deploy can tell a dead deploy's leftovers from a running one's):
+
+    .edgekit/apps/<app>/.staging-<owner>-<rand>/     the upload, renamed into releases/
+    .edgekit/apps/<app>/.validation-<owner>-<rand>/  outputs of the on-device validation
+    .edgekit/apps/<app>/.trash-<owner>-<rand>/       a corrupted release moved aside
+    .edgekit/apps/<app>/.inflight-<owner>-<release>  the release this deploy is putting live
+
 Every name is validated (safe_name) before it becomes part of a path.
 """
 
@@ -34,6 +42,22 @@ def release_dir(app: str, release: str) -> str:
 
 def staging_dir(app: str, token: str) -> str:
     return f"{app_dir(app)}/.staging-{safe_name(token, 'staging token')}"
+
+
+def validation_dir(app: str, token: str) -> str:
+    return f"{app_dir(app)}/.validation-{safe_name(token, 'validation token')}"
+
+
+def trash_dir(app: str, token: str) -> str:
+    return f"{app_dir(app)}/.trash-{safe_name(token, 'trash token')}"
+
+
+def inflight_marker(app: str, owner: str, release: str) -> str:
+    return f"{app_dir(app)}/.inflight-{safe_name(owner, 'owner')}-{safe_name(release, 'release')}"
+
+
+# the prefixes of the scratch entries above (and of activate.sh's temporary `current` link)
+SCRATCH_PREFIXES = (".staging-", ".validation-", ".trash-", ".inflight-", ".current.")
 
 
 def current_link(app: str) -> str:

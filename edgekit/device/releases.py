@@ -1,14 +1,26 @@
 """Releases on a device: which is current, the activation history (the device's journal),
-activation through the activate shim, rollback and pruning."""
+activation through the activate shim, rollback, pruning, and the clean-up of what an
+interrupted deploy left behind.
+
+Two releases are *protected* at every moment: `current` and the rollback target (the release
+activated before it). Nothing here removes, moves or rewrites them; a rollback re-checks the
+target's sha256 (verify shim) before it goes live.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import secrets
+import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from edgekit.device import layout
-from edgekit.errors import ConfigError, RemoteCommandFailed
+from edgekit.errors import ConfigError, EdgekitError, RemoteCommandFailed
 from edgekit.config.address import safe_name
 from edgekit.transport.base import Transport
 
@@ -42,9 +54,32 @@ def rollback(conn: Transport, app: str, shims: str, to: str | None = None) -> tu
         missing = f" ({target!r} is not on the device)" if target else ""
         raise ConfigError(f"no release to roll back to{missing}", key="to",
                           hint=f"releases on the device besides current: {choices}")
+    verify_release(conn, app, target, shims)
     activate(conn, app, target, shims)
     journal_event(conn, app, "rollback", target)
     return current or "", target
+
+
+def verify_release(conn: Transport, app: str, release: str, shims: str) -> None:
+    """Re-check every file of a release on the device against its SHA256SUMS (verify shim);
+    a mismatch raises RemoteCommandFailed naming the files, before anything is switched."""
+    argv = ["sh", f"{shims}/verify.sh", layout.release_dir(app, release)]
+    result = conn.run(argv, check=False)
+    if result.returncode == 0:
+        return
+    lines = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
+    bad = [line for line in lines if not line.startswith("sha256sum:")] or lines[-1:]
+    raise RemoteCommandFailed(
+        f"release {release} of {app} is corrupted on the device (sha256 mismatch: "
+        f"{'; '.join(bad)[:300] or 'no SHA256SUMS'}); not activated", where=conn.where,
+        argv=argv, returncode=result.returncode, stderr_tail="",
+        hint="deploy the release's bundle again (`edgekit deploy`) to replace its files")
+
+
+def protected_releases(conn: Transport, app: str) -> tuple[str | None, str | None]:
+    """(current, rollback target): the releases nothing may remove or replace."""
+    current = current_release(conn, app)
+    return current, previous_release(activation_history(conn, app), current)
 
 
 def describe_releases(conn: Transport, app: str) -> list[ReleaseInfo]:
@@ -87,16 +122,100 @@ def activation_history(conn: Transport, app: str) -> list[str]:
 
 
 def prune_releases(conn: Transport, app: str, keep: int) -> tuple[str, ...]:
-    """Remove the oldest releases beyond `keep`, never `current` or the rollback target."""
+    """Keep `current`, the rollback target and the newest `keep` activated releases (by their
+    last activation); remove the other activated ones. Releases never activated are not
+    history: they are not counted here (`clean_leftovers` removes them)."""
     current = current_release(conn, app)
     history = activation_history(conn, app)
-    protected = {current, previous_release(history, current)}
-    releases = list_releases(conn, app)
-    removable = [name for name, _ in releases if name not in protected]
-    excess = max(0, len(releases) - max(keep, 1))
-    doomed = removable[len(removable) - excess:] if excess else []
+    on_device = {name for name, _ in list_releases(conn, app)}
+    newest_first = [name for name in dict.fromkeys(reversed(history)) if name in on_device]
+    kept = set(newest_first[:max(keep, 1)]) | {current, previous_release(history, current)}
+    doomed = [name for name in newest_first if name not in kept]
     for name in doomed:
         conn.run(["rm", "-rf", "--", layout.release_dir(app, name)])
+    return tuple(doomed)
+
+
+# --- what an interrupted deploy leaves behind -------------------------------------------------
+
+FOREIGN_SCRATCH_S = 3600.0   # scratch of a deploy from another host is removed after this age
+STALE_LINK_S = 60.0          # activate.sh's temporary link lives for milliseconds
+
+
+def scratch_owner() -> str:
+    """Who owns scratch on devices: this host (hashed name) and this process. Another process
+    on this host can tell whether the owner still runs; other hosts go by age."""
+    host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    return f"{host}-{os.getpid()}"
+
+
+def scratch_token() -> str:
+    return f"{scratch_owner()}-{secrets.token_hex(4)}"
+
+
+def _owner_running(owner: str, age_s: float) -> bool:
+    host, _, pid = owner.partition("-")
+    if not pid.isdigit():           # not a name this version writes: nobody runs it
+        return False
+    if host != scratch_owner().partition("-")[0]:
+        return age_s < FOREIGN_SCRATCH_S
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:       # exists, not ours to signal
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def in_flight(conn: Transport, app: str, release: str) -> Iterator[None]:
+    """Mark `release` as being put live by this process (until the block ends), so that a
+    concurrent deploy's clean-up leaves it alone while it is not yet activated."""
+    marker = layout.inflight_marker(app, scratch_owner(), release)
+    conn.mkdirs(layout.app_dir(app))
+    conn.append_text(marker, "")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(EdgekitError):
+            conn.run(["rm", "-f", "--", marker], check=False)
+
+
+def clean_leftovers(conn: Transport, app: str, keep: str | None = None) -> tuple[str, ...]:
+    """Remove what interrupted or failed deploys of `app` left: staging, validation scratch,
+    releases moved aside, and releases never activated — never `current`, the rollback target,
+    `keep` (the release being deployed now) or anything a running deploy owns. Returns the
+    entries removed (relative to the app's directory)."""
+    app_dir = layout.app_dir(app)
+    now = time.time()
+    running: set[str] = set()      # releases a running deploy is putting live
+    doomed: list[str] = []
+    for entry in conn.listdir(app_dir) or []:
+        name, age = entry.name, now - entry.mtime
+        prefix = next((p for p in layout.SCRATCH_PREFIXES if name.startswith(p)), None)
+        if prefix is None:
+            continue
+        if prefix == ".current.":
+            if age > STALE_LINK_S:
+                doomed.append(name)
+            continue
+        host, _, rest = name[len(prefix):].partition("-")
+        pid, _, tail = rest.partition("-")
+        if _owner_running(f"{host}-{pid}", age):
+            if prefix == ".inflight-":
+                running.add(tail)
+            continue
+        doomed.append(name)
+    current, target = protected_releases(conn, app)
+    # activate.sh journals every switch: with a `current` but no journal, history is unknown
+    if current is None or conn.read_text(layout.journal(app)) is not None:
+        spared = set(activation_history(conn, app)) | running | {current, target, keep}
+        doomed += [f"releases/{name}" for name, _ in list_releases(conn, app)
+                   if name not in spared]
+    if doomed:
+        conn.run(["rm", "-rf", "--", *(f"{app_dir}/{name}" for name in doomed)],
+                 what="removing what earlier deploys left behind")
     return tuple(doomed)
 
 

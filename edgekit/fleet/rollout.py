@@ -150,7 +150,7 @@ def _execute(plan: RolloutPlan, directory: Path, journal: jr.Journal) -> FleetRe
             return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
         state = jr.replay(jr.read_events(directory))
     if state.halt is not None:
-        _roll_back(plan, journal, state)
+        _roll_back(plan, directory, journal, state)
     state = jr.replay(jr.read_events(directory))
     journal.write(Finished(status="halted" if state.halt else "completed"))
     return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
@@ -284,29 +284,44 @@ def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
             "regressed": median > max_ratio and over >= needed}
 
 
-def _roll_back(plan: RolloutPlan, journal: jr.Journal, state: jr.JournalState) -> None:
+def _roll_back(plan: RolloutPlan, directory: Path, journal: jr.Journal,
+               state: jr.JournalState) -> None:
+    """Return the updated devices in the halt's scope to their previous release — and the
+    failed ones that got as far as activation (their own restore may not have happened: the
+    connection dropped, the previous release was corrupted): those are checked, and restored
+    only if `current` is not their previous release."""
     if state.halt is None or state.halt.rollback == "none":
         return
     scope, halted_wave = state.halt.rollback, state.halt.wave
-    names = [n for n, done in state.done.items()
-             if done.status == "updated" and n not in state.rollbacks
-             and (scope == "all" or done.wave == halted_wave)]
+    switched = {e.device for e in jr.read_events(directory)
+                if isinstance(e, DeviceStep) and e.step in ("activate", "hooks")}
+    in_scope = {n: done for n, done in state.done.items()
+                if n not in state.rollbacks and (scope == "all" or done.wave == halted_wave)}
+    updated = [n for n, done in in_scope.items() if done.status == "updated"]
+    failed = [n for n, done in in_scope.items() if done.status == "failed" and n in switched]
     with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
                             thread_name_prefix="rollback") as pool:
-        for future in [pool.submit(_restore, plan, n, state.done[n].previous, journal)
-                       for n in names]:
+        futures = [pool.submit(_restore, plan, n, state.done[n].previous, journal)
+                   for n in updated]
+        futures += [pool.submit(_restore, plan, n, state.done[n].previous, journal,
+                                only_if_moved=True) for n in failed]
+        for future in futures:
             future.result()
 
 
-def _restore(plan: RolloutPlan, name: str, previous: str | None, journal: jr.Journal) -> None:
+def _restore(plan: RolloutPlan, name: str, previous: str | None, journal: jr.Journal,
+             only_if_moved: bool = False) -> None:
     device = plan.device(name)
     try:
         identity = Path(device.identity) if device.identity else None
         with open_device(device.address, identity) as conn:
+            if only_if_moved and current_release(conn, plan.app) == previous:
+                return   # the device's own restore worked: it stays "failed"
             restore_release(conn, plan.app, previous, layout.shims_dir(shim_version()))
         journal.write(DeviceRolledBack(
             device=name, status="rolled-back", to=previous,
             reason=f"rolled back to {previous or 'no release'} after the halt"))
     except Exception as exc:  # noqa: BLE001 — keep rolling back the others
+        reason = exc.what if isinstance(exc, EdgekitError) else str(exc)
         journal.write(DeviceRolledBack(device=name, status="rollback-failed", to=previous,
-                                       reason=f"rollback failed: {exc}"))
+                                       reason=f"rollback failed: {reason}"))

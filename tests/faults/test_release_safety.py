@@ -1,0 +1,272 @@
+"""Faults injected for real into deploys to a real sshd lab device: edgekit SIGKILLed at each
+step of a deploy and of a rollback, a health hook that hangs, the device's disk full during
+and after the upload. After each: `current` is a complete release that validated (old or new),
+and the next deploy leaves no leftovers."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgekit.api.build import BuildOptions, build
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = (REPO / "recipes" / "kws_mlp.yaml").read_text()
+PAGE = 4096
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory) -> dict[str, Path]:
+    """Two releases of the app `faulty` (other seeds: other weights), and v2 again with a
+    health hook that hangs (the same release: hooks are not part of the release id)."""
+    folder = tmp_path_factory.mktemp("fault-bundles")
+    recipes = {"v1": RECIPE.replace("seed: 0", "seed: 3"),
+               "v2": RECIPE.replace("seed: 0", "seed: 4"),
+               "v2-hangs": RECIPE.replace("seed: 0", "seed: 4")
+               + "hooks: {health: 'echo $$ > \"$HOME/hook.pgid\"; sleep 100000 & sleep 100000',"
+                 " timeout_s: 3}\n",
+               "v2-slow-hook": RECIPE.replace("seed: 0", "seed: 4")
+               + "hooks: {after_activate: 'sleep 4'}\n",
+               "v2-unhealthy": RECIPE.replace("seed: 0", "seed: 4")
+               + "hooks: {health: 'sleep 2; exit 1'}\n"}
+    built = {}
+    for name, text in recipes.items():
+        recipe = folder / f"{name}.yaml"
+        recipe.write_text(text.replace("name: kws-mlp", "name: faulty"))
+        built[name] = build(BuildOptions(recipe=recipe, target="host",
+                                         out=folder / name)).bundle.path
+    return built
+
+
+class Device:
+    """The lab device's app directory, seen from this machine."""
+
+    def __init__(self, lab_device, app: str = "faulty"):
+        self.lab = lab_device
+        self.app_dir = lab_device.host_path(f"{lab_device.home}/.edgekit/apps/{app}")
+
+    def reset(self) -> None:
+        shutil.rmtree(self.app_dir, ignore_errors=True)
+
+    def current(self) -> str | None:
+        link = self.app_dir / "current"
+        return link.readlink().name if link.is_symlink() else None
+
+    def releases(self) -> set[str]:
+        path = self.app_dir / "releases"
+        return {p.name for p in path.iterdir()} if path.is_dir() else set()
+
+    def scratch(self) -> list[str]:
+        return sorted(p.name for p in self.app_dir.iterdir() if p.name.startswith(".")) \
+            if self.app_dir.is_dir() else []
+
+    def journal(self) -> list[tuple[str, str]]:
+        path = self.app_dir / "journal.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        return [(e["event"], e["release"]) for e in map(json.loads, lines)]
+
+    def complete(self, release: str) -> bool:
+        """Every file of the release matches its SHA256SUMS."""
+        return subprocess.run(["sha256sum", "-c", "--quiet", "--strict", "SHA256SUMS"],
+                              cwd=self.app_dir / "releases" / release,
+                              capture_output=True).returncode == 0
+
+    def assert_current_is_a_validated_complete_release(self) -> str:
+        current = self.current()
+        assert current is not None and self.complete(current), (current, self.scratch())
+        assert ("validated", current) in self.journal()
+        return current
+
+
+def edgekit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgekit.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def deploy(bundle: Path, device) -> subprocess.CompletedProcess:
+    return edgekit("deploy", str(bundle), "--host", device.name, "--json")
+
+
+def release_of(bundle: Path) -> str:
+    from edgekit.device.deploy import release_id
+    from edgekit.models.bundle import load_bundle
+    return release_id(load_bundle(bundle))
+
+
+def kill_when(args: list[str], reached, timeout: float = 180, must_kill: bool = True) -> bool:
+    """Run the CLI and SIGKILL it the moment `reached()` is true (polled every ms); True if
+    it was killed before it finished."""
+    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            if reached():
+                proc.kill()
+                break
+            time.sleep(0.001)
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    if must_kill:
+        assert proc.returncode == -9, f"it ended before the step: {err.decode()[-500:]}"
+    return proc.returncode == -9
+
+
+@pytest.fixture
+def device(fault_device):
+    d = Device(fault_device)
+    d.reset()
+    yield d
+    d.reset()
+
+
+# --- SIGKILL at each step ---------------------------------------------------------------------
+
+def _in_releases(device, release):
+    return lambda: release in device.releases()
+
+
+def _staging_has(device, name):
+    return lambda: any((device.app_dir / s / name).exists() for s in device.scratch()
+                       if s.startswith(".staging-"))
+
+
+STEPS = {
+    # marker written, nothing uploaded yet
+    "before upload": lambda d, new: lambda: any(s.startswith(".inflight-") for s in d.scratch()),
+    "during upload": lambda d, new: _staging_has(d, "module.vmfb"),
+    "after upload": lambda d, new: _in_releases(d, new),
+    "during validation": lambda d, new: lambda: any(s.startswith(".validation-")
+                                                    for s in d.scratch()),
+    "between rename and journal": lambda d, new: lambda: d.current() == new,
+}
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_deploy_killed_at_each_step_leaves_a_complete_current_and_no_leftovers_after(
+        bundles, device, fault_device, step):
+    old, new = release_of(bundles["v1"]), release_of(bundles["v2"])
+    assert deploy(bundles["v1"], fault_device).returncode == 0
+    # the slow after_activate hook keeps the deploy running once `current` switched
+    kill_when(["deploy", str(bundles["v2-slow-hook"]), "--host", fault_device.name],
+              STEPS[step](device, new))
+    current = device.assert_current_is_a_validated_complete_release()
+    assert current in (old, new)
+    time.sleep(0.5)   # what the killed session started on the device ends
+    proc = deploy(bundles["v2"], fault_device)
+    assert proc.returncode == 0, proc.stderr
+    assert device.current() == new and device.complete(new)
+    assert device.scratch() == []
+    assert device.releases() == {old, new}
+
+
+def test_a_rollback_killed_midway_leaves_a_complete_current(bundles, device, fault_device):
+    old, new = release_of(bundles["v1"]), release_of(bundles["v2"])
+    assert deploy(bundles["v1"], fault_device).returncode == 0
+    # the health hook fails after 2 s: edgekit then verifies and restores the old release
+    kill_when(["deploy", str(bundles["v2-unhealthy"]), "--host", fault_device.name],
+              lambda: ("health-failed", new) in device.journal())
+    assert device.assert_current_is_a_validated_complete_release() in (old, new)
+    assert deploy(bundles["v2"], fault_device).returncode == 0
+    # `edgekit rollback` re-verifies the target, then switches: killed while verify.sh runs
+    # (or after it finished, if it was faster than this loop: either way a complete release)
+    kill_when(["rollback", fault_device.name, "--app", "faulty"],
+              lambda: subprocess.run(["pgrep", "-u", fault_device.user, "-f", "verify.sh"],
+                                     capture_output=True).returncode == 0, must_kill=False)
+    assert device.assert_current_is_a_validated_complete_release() in (old, new)
+    time.sleep(0.5)
+    assert deploy(bundles["v2"], fault_device).returncode == 0
+    assert device.scratch() == [] and device.releases() == {old, new}
+
+
+# --- hooks ------------------------------------------------------------------------------------
+
+def test_a_hanging_health_hook_is_killed_on_the_device_and_the_old_release_restored(
+        bundles, device, fault_device):
+    old = release_of(bundles["v1"])
+    assert deploy(bundles["v1"], fault_device).returncode == 0
+    proc = deploy(bundles["v2-hangs"], fault_device)
+    assert proc.returncode == 16, proc.stderr
+    assert "health hook did not finish within 3 s" in proc.stderr.splitlines()[0]
+    assert device.current() == old
+    home = fault_device.host_path(fault_device.home)
+    pgid = int((home / "hook.pgid").read_text())
+    survivors = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True)
+    assert survivors.stdout == "", "the hook's processes still run on the device"
+    assert subprocess.run(["pgrep", "-u", fault_device.user, "-f", "sleep 100000"],
+                          capture_output=True).returncode == 1
+    assert ("health-failed", release_of(bundles["v2"])) in device.journal()
+
+
+# --- disk full ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(device):
+    """A 4 MiB tmpfs mounted over the device user's app directory (unmounted afterwards)."""
+    apps = device.app_dir.parent
+    owner = device.app_dir.parents[2].stat()   # the device user's home
+    subprocess.run(["install", "-d", "-o", str(owner.st_uid), "-g", str(owner.st_gid),
+                    str(apps)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=4m,uid={owner.st_uid},"
+                    f"gid={owner.st_gid},mode=0755", "tmpfs", str(apps)], check=True)
+    try:
+        yield apps
+    finally:
+        subprocess.run(["umount", "-l", str(apps)], check=False)
+
+
+def fill(folder: Path, leave_bytes: int) -> Path:
+    """A file that leaves `leave_bytes` (whole pages) free on `folder`'s filesystem."""
+    stat = os.statvfs(folder)
+    free = stat.f_bavail * stat.f_frsize
+    filler = folder / "filler"
+    with filler.open("wb") as f:
+        f.write(b"\0" * max(0, free - leave_bytes))
+    return filler
+
+
+def pages(directory: Path) -> int:
+    return sum(-(-p.stat().st_size // PAGE) * PAGE for p in directory.rglob("*") if p.is_file())
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr and "Aborted!" not in proc.stderr, proc.stderr
+    return proc.stderr.strip().splitlines()[0]
+
+
+def test_a_disk_full_during_upload_is_one_typed_line_and_the_next_deploy_cleans_up(
+        bundles, device, fault_device, small_disk):
+    old, new = release_of(bundles["v1"]), release_of(bundles["v2"])
+    assert deploy(bundles["v1"], fault_device).returncode == 0
+    filler = fill(small_disk, 8 * PAGE)   # less than the module
+    proc = deploy(bundles["v2"], fault_device)
+    assert proc.returncode in (10, 15), proc.stderr
+    assert "upload" in one_line_error(proc)
+    assert device.current() == old and device.complete(old)
+    filler.unlink()
+    assert deploy(bundles["v2"], fault_device).returncode == 0
+    assert device.current() == new and device.scratch() == []
+
+
+def test_a_disk_full_after_the_upload_is_one_typed_line_and_leaves_no_unvalidated_release(
+        bundles, device, fault_device, small_disk):
+    old, new = release_of(bundles["v1"]), release_of(bundles["v2"])
+    assert deploy(bundles["v1"], fault_device).returncode == 0
+    # room for exactly the new release's files: its validation outputs find none
+    room = pages(device.app_dir / "releases" / old)
+    filler = fill(small_disk, room)
+    proc = deploy(bundles["v2"], fault_device)
+    assert proc.returncode == 15, proc.stderr
+    assert "disk" in one_line_error(proc)
+    assert device.current() == old and device.complete(old)
+    assert new not in device.releases()
+    filler.unlink()
+    assert deploy(bundles["v2"], fault_device).returncode == 0
+    assert device.current() == new and device.scratch() == []
+    assert device.releases() == {old, new}
