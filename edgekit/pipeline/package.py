@@ -1,4 +1,5 @@
-"""Stage `package`: module + golden inputs/outputs + manifest with sha256 of every file."""
+"""Stage `package`: module + golden inputs/outputs + manifest with sha256 of every file, signed
+(manifest.json.sig, by the signing key: toolchain/signing.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from edgekit.config.profiles import Target
 from edgekit.models.bundle import (MODULE, Bundle, Manifest, QuantizationNote, sha256_file,
                                    write_manifest)
 from edgekit.pipeline.lower import CompiledModule
+from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
 
 
@@ -88,4 +90,5 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         files=files,
     )
     write_manifest(directory, manifest)
+    sign_bundle(directory)   # before the cache stores it: a cache hit must carry a signature
     return Bundle(directory, manifest)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,13 +12,15 @@ import pytest
 from edgekit import BuildOptions, build
 from edgekit.device.deploy import release_extras
 from edgekit.toolchain.iree import tool_path
+from edgekit.toolchain.signing import trusted_signers
 
 SHIMS = Path(__file__).resolve().parents[2] / "runtime_shims"
 
 
-def sh(script: str, *args, cwd=None) -> subprocess.CompletedProcess:
+def sh(script: str, *args, cwd=None, home=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home)} if home else None
     return subprocess.run(["sh", str(SHIMS / script), *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+                          text=True, cwd=cwd, timeout=120, env=env)
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in SHIMS.glob("*.sh")))
@@ -51,15 +54,17 @@ def test_activate_switches_current_by_rename_and_journals_it(tmp_path):
 
 
 def test_verify_accepts_intact_files_and_names_a_changed_one(tmp_path):
-    (tmp_path / "a").write_text("alpha")
-    (tmp_path / "b").write_text("beta")
-    sums = subprocess.run(["sha256sum", "a", "b"], cwd=tmp_path, capture_output=True,
-                          text=True).stdout
+    (tmp_path / "module.vmfb").write_text("alpha")
+    (tmp_path / "golden").mkdir()
+    (tmp_path / "golden" / "b.npy").write_text("beta")
+    sums = subprocess.run(["sha256sum", "module.vmfb", "golden/b.npy"], cwd=tmp_path,
+                          capture_output=True, text=True).stdout
     (tmp_path / "SHA256SUMS").write_text(sums)
-    assert sh("verify.sh", tmp_path).returncode == 0
-    (tmp_path / "b").write_text("BETA")
-    bad = sh("verify.sh", tmp_path)
-    assert bad.returncode == 1 and "b: FAILED" in bad.stderr
+    assert sh("verify.sh", tmp_path, "--allow-unsigned").returncode == 0
+    (tmp_path / "golden" / "b.npy").write_text("BETA")
+    bad = sh("verify.sh", tmp_path, "--allow-unsigned")
+    assert bad.returncode == 1 and "golden/b.npy: FAILED" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +81,14 @@ def host_release(tmp_path_factory):
         (runtime / tool).symlink_to(tool_path(tool))
     for extra in release_extras(bundle, root / "bundle"):
         assert extra.parent == root / "bundle"
+    (root / ".edgekit").mkdir()   # the device user's home is `root`: it trusts our key
+    shutil.copyfile(trusted_signers(), root / ".edgekit" / "allowed_signers")
     return bundle, runtime.parent
 
 
 def test_run_writes_the_outputs_of_the_golden_inputs(host_release, tmp_path):
     bundle, runtime = host_release
-    assert sh("verify.sh", bundle.path).returncode == 0
+    assert sh("verify.sh", bundle.path, home=runtime.parent).returncode == 0
     proc = sh("run.sh", runtime, bundle.path, tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     got = np.load(tmp_path / "out" / "output_0.npy")
