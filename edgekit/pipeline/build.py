@@ -155,11 +155,11 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         if variant is not None:
             recipe = variant.applied_to(recipe)
         first = steering.first_lowering if recipe.lowering == "auto" else None
+        key = build_key(recipe_origin(recipe), target, exported, first)
         ctx = BackContext(target, recipe.lowering, recipe.compile.flags,
-                          functools.partial(BundleIdentity.of, recipe), workdir,
+                          functools.partial(BundleIdentity.of, recipe, build_key=key), workdir,
                           workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
                           first_lowering=first)
-        key = build_key(recipe_origin(recipe), target, exported, first)
         cache = BuildCache()
         entry = cache.lookup(key) if options.use_cache else None
         cached = entry is not None
@@ -167,7 +167,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
             entry = cache.store(key, bundle.path, replace=not options.use_cache)
         _publish(entry, out)
-        _check_published(out, cached)
+        _check_published(out, cached, key)
         if _record_tuning(out, tuning):
             sign_bundle(out)
     finally:
@@ -215,12 +215,17 @@ def build_key(origin: dict, target: Target, exported: ExportedModel,
     })
 
 
-def _check_published(out: Path, cached: bool) -> None:
-    """The published copy is what its signer built: a cache entry changed after it was stored
-    (another model swapped in, manifest and hashes made consistent) fails here."""
+def _check_published(out: Path, cached: bool, key: str) -> None:
+    """The published copy is what its signer built, under this cache key (signed in its
+    manifest): a cache entry changed after it was stored (another model swapped in with a
+    re-hashed manifest, or another signed bundle copied over it) fails here."""
     try:
-        load_bundle(out).verify()
+        bundle = load_bundle(out)
+        bundle.verify()
         verify_bundle(out)
+        if bundle.manifest.build_key != key:
+            raise BundleError(f"it was built under cache key {bundle.manifest.build_key[:12]}…"
+                              f", not {key[:12]}… (another build)", where=str(out))
     except BundleError as exc:
         if not cached:
             raise

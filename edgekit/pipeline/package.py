@@ -29,15 +29,16 @@ class BundleIdentity:
     recipe_digest: str
     tolerances: Validation
     hooks: Hooks | None = None
+    build_key: str = ""             # the cache key it is stored under (signed with it)
 
     @classmethod
-    def of(cls, recipe: Recipe, quantization: QuantizationNote | None = None
-           ) -> "BundleIdentity":
+    def of(cls, recipe: Recipe, quantization: QuantizationNote | None = None,
+           build_key: str = "") -> "BundleIdentity":
         return cls(app=recipe.name, model_source=recipe.source,
                    recipe_digest=sha256_file(recipe.path),
                    tolerances=_tolerances(recipe, quantization),
                    hooks=recipe.hooks if recipe.hooks.after_activate or recipe.hooks.health
-                   else None)
+                   else None, build_key=build_key)
 
 
 # An int8 module can differ from its quantized reference model where a requantization rounds the
@@ -86,6 +87,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         lowering=compiled.lowering,
         quantization=compiled.quantization,
         hooks=identity.hooks,
+        build_key=identity.build_key,
         toolchain=toolchain_versions(),
         files=files,
     )
