@@ -1,5 +1,6 @@
 #!/bin/sh
-# verify.sh DIR [--allow-unsigned]: is DIR a whole, signed release? Exit 0 only if
+# verify.sh DIR [--allow-unsigned]: is DIR (a release, or an app's `current` link to one) a
+# whole, signed release? Exit 0 only if
 #  1. it holds plain files with a release's names only (manifest.json, manifest.json.sig,
 #     SHA256SUMS, run.env, module.vmfb, golden/<name>.npy): no symlink, no other path;
 #  2. manifest.json's signature verifies (ssh-keygen -Y verify, namespace edgekit-bundle)
@@ -21,7 +22,15 @@ case $signers in /*) ;; *) signers=$PWD/$signers ;; esac
 
 fail() { echo "verify: $dir: $*" >&2; exit 1; }
 
-[ -L "$dir" ] && fail "the release directory is a symlink"
+if [ -L "$dir" ]; then  # only an app's `current` link, to releases/<id>, is followed
+  link=$(readlink "$dir")
+  case $link in
+    releases/*/*|releases/.*) fail "the release directory is a symlink to $link" ;;
+    releases/?*) dir=$(dirname "$dir")/$link ;;
+    *) fail "the release directory is a symlink to $link" ;;
+  esac
+  if [ -L "$dir" ]; then fail "the release directory is a symlink"; fi
+fi
 [ -d "$dir" ] || fail "no such release directory"
 cd "$dir"
 

@@ -193,3 +193,17 @@ def test_verify_refuses_what_a_release_may_not_hold(release, tmp_path, attack):
         expected = "SHA256SUMS lists an unexpected file name: ../outside"
     for flags in ((), ("--allow-unsigned",)):
         assert expected in refused(path, home, *flags)
+
+
+def test_verify_follows_an_apps_current_link_but_no_other_release_symlink(release, tmp_path):
+    path, home = release
+    app = tmp_path / "app"
+    (app / "releases").mkdir(parents=True)
+    path.rename(app / "releases" / "r1")
+    (app / "current").symlink_to("releases/r1")
+    assert sh("verify.sh", app / "current", home=home).returncode == 0
+    (app / "releases" / "r2").symlink_to(app / "releases" / "r1")
+    assert "is a symlink" in refused(app / "releases" / "r2", home)
+    (app / "current").unlink()
+    (app / "current").symlink_to(tmp_path)
+    assert "is a symlink" in refused(app / "current", home)
