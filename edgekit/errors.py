@@ -108,6 +108,13 @@ class BundleError(EdgekitError):
     exit_code = 6
 
 
+class BundleNotTrusted(BundleError):
+    """The bundle's manifest is unsigned, signed by a key not in allowed_signers, or changed
+    after it was signed: refused before anything is uploaded (same exit code as BundleError)."""
+
+    exit_code = 6
+
+
 class CannotRunHere(EdgekitError):
     """The bundle's target cannot execute on this machine (wrong arch, no Vulkan device)."""
 
@@ -220,6 +227,7 @@ EXIT_CODES: dict[str, int] = {
                 QuantizationError, ToolError,
                 BundleError, CannotRunHere, ValidationFailed, BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
-                RemoteCommandFailed, HealthGateFailed, RolloutHalted, LabSetupError)
+                RemoteCommandFailed, HealthGateFailed, RolloutHalted, LabSetupError,
+                BundleNotTrusted)
 }
 """Every exit code the CLI gives besides 0 (ok), by error class name."""

@@ -24,6 +24,7 @@ class DeployOptions:
     identity: Path | None = None
     keep: int = 3                   # releases kept on the device (current included)
     use_cache: bool = True
+    allow_unsigned: bool = False    # the user's opt-out of the signature check (journaled)
 
 
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
@@ -49,7 +50,7 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
                                     use_cache=options.use_cache)).bundle
     with open_device(options.host, options.identity) as conn:
         return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
-                             hooks=bundle.manifest.hooks)
+                             hooks=bundle.manifest.hooks, allow_unsigned=options.allow_unsigned)
 
 
 __all__ = ["DeployOptions", "DeployResult", "deploy"]

@@ -101,6 +101,10 @@ def cli(debug: bool) -> None:
 IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
                         help="private key [default: the registered device's, else ~/.ssh/id_*]")
 HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"
+ALLOW_UNSIGNED = click.option(
+    "--allow-unsigned", is_flag=True,
+    help="deploy even if the bundle is unsigned or its signer is not in allowed_signers "
+         "(recorded in the device's journal)")
 
 
 @cli.command()
@@ -271,15 +275,18 @@ def check(model: str, target: str, as_json: bool) -> None:
 @IDENTITY
 @click.option("--keep", default=3, show_default=True, help="releases kept on the device")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
+@ALLOW_UNSIGNED
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
-           identity: Path | None, keep: int, no_cache: bool, as_json: bool) -> None:
+           identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
+           as_json: bool) -> None:
     """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
     first; check the device, upload, validate on the device, then activate."""
     from edgekit.api.deploy import DeployOptions, deploy as run_deploy
     options = DeployOptions(host=host, bundle=bundle, recipe=recipe, target=target,
-                            identity=identity, keep=keep, use_cache=not no_cache)
+                            identity=identity, keep=keep, use_cache=not no_cache,
+                            allow_unsigned=allow_unsigned)
     try:
         if as_json:
             result = run_deploy(options)
@@ -514,12 +521,14 @@ def bench() -> None:
 @click.option("--rounds", default=5, show_default=True,
               help="separate benchmark processes, interleaved across configurations")
 @IDENTITY
+@ALLOW_UNSIGNED
 @click.option("--html", type=click.Path(path_type=Path), help="write an HTML report here")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Path | None,
               threads: str, repetitions: int, warmup: int, rounds: int,
-              identity: Path | None, html: Path | None, as_json: bool) -> None:
+              identity: Path | None, allow_unsigned: bool, html: Path | None,
+              as_json: bool) -> None:
     """Run iree-benchmark-module on one or more devices; results go to the history."""
     from edgekit.device.bench import BenchOptions, run_bench
     from edgekit.errors import ConfigError
@@ -535,7 +544,7 @@ def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Pa
                           key="threads") from None
     options = BenchOptions(hosts=hosts, app=app, bundle=bundle, threads=thread_counts,
                            repetitions=repetitions, warmup=warmup, rounds=rounds,
-                           identity=identity)
+                           identity=identity, allow_unsigned=allow_unsigned)
     if as_json:
         results = run_bench(options)
     else:

@@ -23,6 +23,7 @@ from edgekit.device.history import store
 from edgekit.device.probe import SHIMS, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import current_release, verify_release
+from edgekit.device.trust import check_signature
 from edgekit.errors import BundleError, ConfigError, RemoteCommandFailed
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
 from edgekit.models.bundle import MANIFEST, Manifest, load_bundle
@@ -46,6 +47,7 @@ class BenchOptions:
     warmup: int = 5                 # calls dropped at the start of each round
     rounds: int = 5                 # separate benchmark processes, interleaved across configs
     identity: Path | None = None
+    allow_unsigned: bool = False    # deploy --bundle even if unsigned/untrusted (journaled)
 
 
 def run_bench(options: BenchOptions,
@@ -58,6 +60,9 @@ def run_bench(options: BenchOptions,
         raise ConfigError("need rounds >= 1, repetitions >= 2 per round, warmup >= 0, "
                           "threads >= 1", key="bench")
     bundle = load_bundle(options.bundle) if options.bundle else None
+    if bundle:  # refused before any device is touched (deploy_bundle checks again)
+        bundle.verify()
+        check_signature(bundle, options.allow_unsigned)
     app = safe_name(bundle.manifest.app if bundle else options.app, "app")
     total = len(options.hosts) * len(options.threads) * options.rounds
     done = 0
@@ -67,7 +72,8 @@ def run_bench(options: BenchOptions,
             info = probe(conn)
             if needs_provisioning(info):
                 provision(conn, info)
-            release = deploy_bundle(conn, bundle).release if bundle else current_release(conn, app)
+            release = deploy_bundle(conn, bundle, allow_unsigned=options.allow_unsigned).release \
+                if bundle else current_release(conn, app)
             if release is None:
                 raise ConfigError(f"app {app!r} has no current release on {conn.where}",
                                   key="app",

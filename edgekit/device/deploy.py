@@ -33,9 +33,10 @@ from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import (activate, clean_leftovers, current_release, in_flight,
                                      journal_event, protected_releases, prune_releases,
                                      scratch_token, verify_release)
+from edgekit.device.trust import check_signature, install_signers
 from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
                             RemoteCommandFailed, ValidationFailed)
-from edgekit.models.bundle import Bundle, MANIFEST, sha256_file
+from edgekit.models.bundle import Bundle, MANIFEST, SIGNATURE, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import Transport
 from edgekit.validate.compare import compare_output
@@ -56,14 +57,16 @@ class DeployResult:
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
     gate: dict = field(default_factory=dict)   # what the health gate measured, if any
+    signer: str | None = None       # who signed the bundle (None: deployed --allow-unsigned)
 
 
 def release_id(bundle: Bundle) -> str:
-    """Content-addressed: the same bundle bytes, run the same way, are the same release on
-    every device (the driver is in run.env: a tuned 1-thread build runs on local-sync)."""
-    m = bundle.manifest
-    content = json.dumps({"app": m.app, "target": m.target, "files": m.files,
-                          "driver": m.runtime_driver}, sort_keys=True)
+    """Content-addressed over the whole manifest but its creation time: every file's sha256,
+    the tolerances, hooks and runtime driver (a manifest that validates more loosely is
+    another release), so the same bundle, run and checked the same way, is the same release
+    on every device."""
+    content = json.dumps(bundle.manifest.model_dump(mode="json", exclude={"created_at"}),
+                         sort_keys=True)
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 
@@ -79,10 +82,13 @@ Gate = Callable[[Transport, DeviceInfo, str], dict]
 def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                   on_stage: Callable[[str], None] | None = None, *, gate: Gate | None = None,
                   hooks: Hooks | None = None, hooks_when_current: bool = False,
-                  fallback: str | None | bool = False) -> DeployResult:
+                  fallback: str | None | bool = False,
+                  allow_unsigned: bool = False) -> DeployResult:
     """Deploy a built bundle on a connected device (see the module docstring for the order).
-    `hooks` run after activation (also when the release was already current if
-    `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
+    Its signature is checked here and again on the device; `allow_unsigned` (the user's
+    explicit opt-out, journaled on the device) deploys a bundle whose signature is missing
+    or not trusted. `hooks` run after activation (also when the release was already current
+    if `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
     release that was current before) and HealthGateFailed is raised."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -93,6 +99,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
             on_stage(name)
 
     bundle.verify()
+    signer = check_signature(bundle, allow_unsigned)
     m = bundle.manifest
     app, release = safe_name(m.app, "app"), release_id(bundle)
     stage("preflight")
@@ -115,8 +122,12 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
 
     stage("upload")
     clean_leftovers(conn, app, keep=release)   # before the upload: a full disk gets its space
+    install_signers(conn)
     with in_flight(conn, app, release):
-        files, sent = upload_release(conn, bundle, app, release, shims)
+        files, sent = upload_release(conn, bundle, app, release, shims,
+                                     allow_unsigned=signer is None)
+        if signer is None:
+            journal_event(conn, app, "unsigned-allowed", release)
 
         stage("validate")
         try:   # a release that does not go live here does not stay (unless protected)
@@ -157,7 +168,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                         activated=activated, uploaded_files=files, uploaded_bytes=sent,
                         provisioned=provisioned, report=report, pruned=pruned,
                         seconds=round(now - started, 3), stage_seconds=stage_seconds,
-                        gate=measured)
+                        gate=measured, signer=signer)
 
 
 def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
@@ -208,29 +219,34 @@ def restore_release(conn: Transport, app: str, release: str | None, shims: str) 
 
 
 def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
-                   shims: str) -> tuple[int, int]:
-    """Put the release in place, verified. An identical release already there (its
-    SHA256SUMS verify) moves no payload. A corrupted copy that `current` or the rollback
-    target points at is repaired in place, file by file (each file replaced by rename(2), so
-    the directory is never missing); any other corrupted copy is moved aside only once a
-    verified staging copy is ready to take its name. Returns (files, bytes) sent."""
+                   shims: str, allow_unsigned: bool = False) -> tuple[int, int]:
+    """Put the release in place, verified (signature, names, sha256s: verify.sh; without the
+    signature if `allow_unsigned`). An identical release already there (it verifies) moves no
+    payload. A corrupted copy that `current` or the rollback target points at is repaired in
+    place, file by file (each file replaced by rename(2), so the directory is never missing);
+    any other corrupted copy is moved aside only once a verified staging copy is ready to take
+    its name. Returns (files, bytes) sent."""
     target = layout.release_dir(app, release)
-    verify = ["sh", f"{shims}/verify.sh"]
+    unsigned = ["--allow-unsigned"] if allow_unsigned else []
+
+    def verify(directory: str) -> list[str]:
+        return ["sh", f"{shims}/verify.sh", directory, *unsigned]
+
     exists = conn.listdir(target) is not None
-    if exists and conn.run([*verify, target], check=False).returncode == 0:
+    if exists and conn.run(verify(target), check=False).returncode == 0:
         return 0, 0
     with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
         extras = release_extras(bundle, Path(tmp))
         local_files = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
         local_files += [(path, path.name) for path in extras]
         if exists and release in protected_releases(conn, app):
-            return len(local_files), _repair_in_place(conn, target, local_files, verify)
+            return len(local_files), _repair_in_place(conn, target, local_files,
+                                                      verify(target))
         staging = layout.staging_dir(app, scratch_token())
         try:
             conn.mkdirs(f"{staging}/golden")
             sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in local_files)
-            conn.run([*verify, staging],
-                     what="uploaded files do not match their sha256 on the device")
+            conn.run(verify(staging), what="the uploaded release does not verify on the device")
             conn.mkdirs(f"{layout.app_dir(app)}/releases")
             aside = None
             if exists:  # corrupted and not live: out of the way, removed once replaced
@@ -248,7 +264,7 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
 def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path, str]],
                      verify: list[str]) -> int:
     """Rewrite every file of a live release: each under a temporary name, then renamed over
-    the old one. Returns the bytes sent."""
+    the old one; `verify` is verify.sh's command line for `target`. Returns the bytes sent."""
     conn.mkdirs(f"{target}/golden")
     sent = 0
     for local, rel in local_files:
@@ -259,8 +275,7 @@ def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path,
         except BaseException:
             _remove_quietly(conn, partial)
             raise
-    conn.run([*verify, target], what="the repaired release does not match its sha256 on "
-                                     "the device")
+    conn.run(verify, what="the repaired release does not verify on the device")
     return sent
 
 
@@ -278,7 +293,8 @@ def _discard_unless_protected(conn: Transport, app: str, release: str) -> None:
 
 
 def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
-    """run.env (what the run/bench shims execute) and SHA256SUMS over every release file."""
+    """run.env (what the run/bench shims execute), the manifest's signature (if any) and
+    SHA256SUMS over every release file."""
     m = bundle.manifest
     for rel in m.golden_inputs:  # they end up in a shell word list: plain names only
         folder, _, name = rel.partition("/")
@@ -290,11 +306,12 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
                        f"FUNCTION={safe_name(m.entry_function, 'function')}\n"
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
                        f"NOUTPUTS={len(m.outputs)}\n")
+    signed = [bundle.file(SIGNATURE)] if bundle.file(SIGNATURE).is_file() else []
     sums = {**m.files, MANIFEST: sha256_file(bundle.file(MANIFEST)),
-            "run.env": sha256_file(run_env)}
+            "run.env": sha256_file(run_env), **{p.name: sha256_file(p) for p in signed}}
     checksums = tmp / "SHA256SUMS"
     checksums.write_text("".join(f"{digest}  {rel}\n" for rel, digest in sorted(sums.items())))
-    return [run_env, checksums]
+    return [run_env, *signed, checksums]
 
 
 def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,

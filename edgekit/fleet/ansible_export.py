@@ -31,9 +31,11 @@ from edgekit.device import layout
 from edgekit.device.deploy import release_extras, release_id
 from edgekit.device.provision import SHIM_FILES, TOOLS, runtime_tools, shim_version
 from edgekit.device.probe import SHIMS
+from edgekit.device.trust import DEVICE_SIGNERS, check_signature
 from edgekit.fleet.rollout import merged_hooks
 from edgekit.fleet.waves import plan_waves
 from edgekit.models.bundle import MANIFEST, Bundle
+from edgekit.toolchain.signing import trusted_signers
 from edgekit.config.address import parse_address, safe_name
 
 
@@ -61,6 +63,7 @@ def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
     version = ""
     for index, target in enumerate(dict.fromkeys(d.target for d in fleet.devices)):
         bundle = build_for(target)
+        check_signature(bundle)
         folder = f"releases/{index}-{safe_name(Path(target).stem, 'target')}"
         _write_release(bundle, files / folder)
         releases[target] = (release_id(bundle), folder)
@@ -76,6 +79,7 @@ def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
     shims.mkdir(parents=True)
     for name in SHIM_FILES:
         shutil.copy2(SHIMS / name, shims / name)
+    shutil.copyfile(trusted_signers(), files / "allowed_signers")   # what verify.sh trusts
 
     waves = plan_waves(fleet.devices, lambda d: d.target, policy.canary, policy.waves)
     inventory = out / "inventory.ini"
@@ -208,6 +212,9 @@ def _play(app: str, number: int, size: int, max_fail, hooks, version: str) -> di
             {"name": "install the device-side programs",
              "ansible.builtin.copy": {"src": f"files/shims/{shim_version()}/",
                                       "dest": f"~/{shims}/", "mode": "0755"}},
+            {"name": "install the trusted bundle signers",
+             "ansible.builtin.copy": {"src": "files/allowed_signers",
+                                      "dest": f"~/{DEVICE_SIGNERS}", "mode": "0644"}},
             {"name": "deploy, validate, activate", "block": steps, "rescue": rescue,
              "always": [{"name": "clean up", "ansible.builtin.file": {"path": f"~/{outputs}",
                                                                        "state": "absent"}}]},

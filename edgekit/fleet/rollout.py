@@ -36,6 +36,7 @@ from edgekit.device.deploy import Gate, deploy_bundle, release_id, restore_relea
 from edgekit.device.probe import DeviceInfo
 from edgekit.device.provision import shim_version
 from edgekit.device.releases import current_release
+from edgekit.device.trust import check_signature
 from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
@@ -135,8 +136,10 @@ def _build_per_target(build_for: BuildFor, fleet: Fleet, directory: Path,
         built = build_for(target)
         copy = directory / "bundles" / f"{index}-{safe_name(Path(target).stem, 'target')}"
         shutil.copytree(built.path, copy)
+        bundle = load_bundle(copy)
+        check_signature(bundle)     # an untrusted build stops the rollout before any device
         bundles[target] = str(copy)
-        releases[target] = release_id(load_bundle(copy))
+        releases[target] = release_id(bundle)
     return bundles, releases
 
 

@@ -2,13 +2,20 @@
 
 A bundle is a directory (or a .tar of one). Its manifest records everything a device needs to
 decide whether it can run it and to prove that it does: target, compile flags, the IREE version
-the runtime must match, the entry function, the signature and the tolerances.
+the runtime must match, the entry function, the signature and the tolerances. The manifest is
+signed (manifest.json.sig, see toolchain/signing.py).
+
+Containment: a bundle holds a closed set of plain files — manifest.json, its signature,
+module.vmfb and golden/<name>.npy — and nothing else is read, extracted or uploaded. A manifest
+naming any other path (`../../.profile`, `/etc/x`, `golden/a/b.npy`) is malformed; a symlink,
+hard link or device in a bundle directory or archive is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -21,8 +28,21 @@ from edgekit.config.schema_base import Frozen
 from edgekit.errors import BundleError
 
 MANIFEST = "manifest.json"
+SIGNATURE = "manifest.json.sig"     # ssh-keygen -Y sign over the manifest's bytes
 MODULE = "module.vmfb"
+GOLDEN = "golden"
 SCHEMA_VERSION = 1
+# The only payload names a manifest may list (the device's verify.sh holds the same set).
+_PAYLOAD = re.compile(r"module\.vmfb|golden/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.npy")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_payload_name(name: str) -> str:
+    """`name` if a bundle may hold it (module.vmfb, golden/<plain name>.npy); else ValueError."""
+    if not _PAYLOAD.fullmatch(name) or ".." in name:
+        raise ValueError(f"file {name!r} is not one a bundle may hold (expected one of: "
+                         f"{MODULE}, {GOLDEN}/<letters, digits, . _ ->.npy)")
+    return name
 
 
 class TensorSig(Frozen):
@@ -128,8 +148,25 @@ class Manifest(Frozen):
     tuning: TuningNote | None = None
     quantization: QuantizationNote | None = None
     hooks: Hooks | None = None        # the recipe's, so a prebuilt bundle deploys like its recipe
+    build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")
+
+    @pydantic.field_validator("files")
+    @classmethod
+    def _closed_set(cls, files: dict[str, str]) -> dict[str, str]:
+        for name, digest in files.items():
+            check_payload_name(name)
+            if not _SHA256.fullmatch(digest):
+                raise ValueError(f"file {name!r}: {digest!r} is not a sha256 (64 hex digits)")
+        return files
+
+    @pydantic.model_validator(mode="after")
+    def _golden_listed(self) -> "Manifest":
+        unlisted = [g for g in (*self.golden_inputs, *self.golden_outputs) if g not in self.files]
+        if unlisted:
+            raise ValueError(f"golden file(s) not in files: {', '.join(unlisted)}")
+        return self
 
 
 def sha256_file(path: Path) -> str:
@@ -171,7 +208,9 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 
 def load_bundle(path: str | Path) -> Bundle:
-    """Open a bundle directory or .tar (extracted to a temporary directory)."""
+    """Open a bundle directory or .tar (extracted to a temporary directory). The manifest's
+    file names are checked (a closed set) and none of them, nor the manifest, may be a
+    symlink; sha256s are checked by Bundle.verify, the signature by toolchain.signing."""
     path = Path(path)
     if path.is_file() and tarfile.is_tarfile(path):
         path = _extract(path)
@@ -179,23 +218,86 @@ def load_bundle(path: str | Path) -> Bundle:
     if not manifest_path.is_file():
         raise BundleError("not a bundle (no manifest.json)", where=str(path),
                           hint="pass the directory or .tar that `edgekit build` wrote")
+    _refuse_links(path, [MANIFEST, SIGNATURE])
     try:
         manifest = Manifest.model_validate(json.loads(manifest_path.read_text()))
-    except (ValueError, pydantic.ValidationError) as exc:
+    except pydantic.ValidationError as exc:
+        raise BundleError(f"manifest.json is malformed: {_first_error(exc)}",
+                          where=str(manifest_path)) from None
+    except ValueError as exc:
         raise BundleError(f"manifest.json is malformed: {str(exc).splitlines()[0]}",
                           where=str(manifest_path)) from None
     if manifest.schema_version != SCHEMA_VERSION:
         raise BundleError(f"bundle schema version {manifest.schema_version} is not supported "
                           f"(this edgekit reads {SCHEMA_VERSION})", where=str(path))
+    _refuse_links(path, list(manifest.files))
     return Bundle(path, manifest)
 
 
+def _first_error(exc: pydantic.ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def _refuse_links(root: Path, names: list[str]) -> None:
+    """Every component of each name under `root` is a plain directory or file, never a
+    symlink (a link would be followed here and its target uploaded as the bundle's file)."""
+    for name in names:
+        path = root
+        for part in Path(name).parts:
+            path = path / part
+            if path.is_symlink():
+                raise BundleError(f"{path.relative_to(root)} is a symlink; a bundle holds "
+                                  "plain files only", where=str(root),
+                                  hint="copy the bundle with `cp -rL`, or rebuild it")
+
+
 def _extract(archive: Path) -> Path:
-    target = Path(tempfile.mkdtemp(prefix="edgekit-bundle-"))
-    with tarfile.open(archive) as tar:
-        tar.extractall(target, filter="data")  # refuses absolute paths, links out, devices
-    entries = [p for p in target.iterdir()]
-    return entries[0] if len(entries) == 1 and entries[0].is_dir() else target
+    """Extract a bundle archive after checking every member: plain files and directories
+    with a bundle's names only, in one top folder or none."""
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            top = _top_folder([m.name for m in members], archive)
+            for member in members:
+                _check_member(member, top, archive)
+            target = Path(tempfile.mkdtemp(prefix="edgekit-bundle-"))
+            tar.extractall(target, members=members, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"the bundle archive cannot be read: {exc}", where=str(archive)) \
+            from None
+    return target / top if top else target
+
+
+def _top_folder(names: list[str], archive: Path) -> str:
+    """The one folder every member is in (`edgekit build --tar` writes `<out name>/…`), or ""
+    when the bundle's files are at the archive's root."""
+    firsts = {name.split("/", 1)[0] for name in names}
+    if len(firsts) != 1 or firsts & {MANIFEST, SIGNATURE, MODULE, GOLDEN}:
+        return ""
+    top = firsts.pop()
+    if top != "." and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", top):
+        raise BundleError(f"the archive's top folder {top!r} is not a plain name",
+                          where=str(archive))
+    return top
+
+
+def _check_member(member: tarfile.TarInfo, top: str, archive: Path) -> None:
+    kind = ("a symlink" if member.issym() else "a hard link" if member.islnk()
+            else "" if member.isfile() or member.isdir() else "a device or fifo")
+    if kind:
+        link = f" -> {member.linkname}" if member.linkname else ""
+        raise BundleError(f"the archive holds {kind}: {member.name}{link}; a bundle holds plain "
+                          "files only", where=str(archive))
+    inner = "" if member.name == top else member.name[len(top) + 1:] if top else member.name
+    allowed = inner in ("", MANIFEST, SIGNATURE, GOLDEN) or \
+        bool(_PAYLOAD.fullmatch(inner)) and ".." not in inner
+    if not allowed or member.isdir() != (inner in ("", GOLDEN)):
+        raise BundleError(f"the archive holds {member.name!r}, not a file a bundle may hold",
+                          where=str(archive), hint=f"a bundle holds {MANIFEST}, {SIGNATURE}, "
+                                                   f"{MODULE} and {GOLDEN}/<name>.npy")
 
 
 def write_tar(directory: Path, archive: Path) -> Path:

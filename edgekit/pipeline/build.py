@@ -18,6 +18,7 @@ from pathlib import Path
 
 from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.config.profiles import Target, load_target
+from edgekit.errors import BundleError
 from edgekit.models.bundle import (Bundle, QuantizationNote, TuningNote, load_bundle, sha256_file,
                                    write_manifest, write_tar)
 from edgekit.pipeline.cache import BuildCache, cache_key
@@ -30,6 +31,7 @@ from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
+from edgekit.toolchain.signing import sign_bundle, verify_bundle
 from edgekit.toolchain.versions import toolchain_versions
 
 
@@ -153,11 +155,11 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         if variant is not None:
             recipe = variant.applied_to(recipe)
         first = steering.first_lowering if recipe.lowering == "auto" else None
+        key = build_key(recipe_origin(recipe), target, exported, first)
         ctx = BackContext(target, recipe.lowering, recipe.compile.flags,
-                          functools.partial(BundleIdentity.of, recipe), workdir,
+                          functools.partial(BundleIdentity.of, recipe, build_key=key), workdir,
                           workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
                           first_lowering=first)
-        key = build_key(recipe_origin(recipe), target, exported, first)
         cache = BuildCache()
         entry = cache.lookup(key) if options.use_cache else None
         cached = entry is not None
@@ -165,7 +167,9 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
             entry = cache.store(key, bundle.path, replace=not options.use_cache)
         _publish(entry, out)
-        _record_tuning(out, tuning)
+        _check_published(out, cached, key)
+        if _record_tuning(out, tuning):
+            sign_bundle(out)
     finally:
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
@@ -207,11 +211,30 @@ def build_key(origin: dict, target: Target, exported: ExportedModel,
                          if exported.quantization else None),
         "target": target.fingerprint(),
         "toolchain": toolchain_versions(),
-        "bundle_schema": 1,
+        "bundle_schema": 2,     # 2: signed (manifest.json.sig)
     })
 
 
-def _record_tuning(out: Path, tuning: TuningNote | None) -> None:
+def _check_published(out: Path, cached: bool, key: str) -> None:
+    """The published copy is what its signer built, under this cache key (signed in its
+    manifest): a cache entry changed after it was stored (another model swapped in with a
+    re-hashed manifest, or another signed bundle copied over it) fails here."""
+    try:
+        bundle = load_bundle(out)
+        bundle.verify()
+        verify_bundle(out)
+        if bundle.manifest.build_key != key:
+            raise BundleError(f"it was built under cache key {bundle.manifest.build_key[:12]}…"
+                              f", not {key[:12]}… (another build)", where=str(out))
+    except BundleError as exc:
+        if not cached:
+            raise
+        raise type(exc)(f"the cached build is not what was built: {exc.what}", where=exc.where,
+                        hint="`edgekit build --no-cache` rebuilds it and replaces the cache "
+                             "entry") from None
+
+
+def _record_tuning(out: Path, tuning: TuningNote | None) -> bool:
     """The tuning note, and the runtime driver it implies, live in the published manifest only:
     they are not part of the module's bytes, so re-tuning to the same variant stays a cache
     hit. (The driver is part of the release id: run.env carries it to the device.)"""
@@ -222,6 +245,8 @@ def _record_tuning(out: Path, tuning: TuningNote | None) -> None:
         else m.runtime_driver
     if m.tuning != tuning or m.runtime_driver != driver:
         write_manifest(out, m.model_copy(update={"tuning": tuning, "runtime_driver": driver}))
+        return True   # the manifest changed: signed again
+    return False
 
 
 def _publish(entry: Path, out: Path) -> None:

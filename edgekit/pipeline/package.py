@@ -1,4 +1,5 @@
-"""Stage `package`: module + golden inputs/outputs + manifest with sha256 of every file."""
+"""Stage `package`: module + golden inputs/outputs + manifest with sha256 of every file, signed
+(manifest.json.sig, by the signing key: toolchain/signing.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from edgekit.config.profiles import Target
 from edgekit.models.bundle import (MODULE, Bundle, Manifest, QuantizationNote, sha256_file,
                                    write_manifest)
 from edgekit.pipeline.lower import CompiledModule
+from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
 
 
@@ -27,15 +29,16 @@ class BundleIdentity:
     recipe_digest: str
     tolerances: Validation
     hooks: Hooks | None = None
+    build_key: str = ""             # the cache key it is stored under (signed with it)
 
     @classmethod
-    def of(cls, recipe: Recipe, quantization: QuantizationNote | None = None
-           ) -> "BundleIdentity":
+    def of(cls, recipe: Recipe, quantization: QuantizationNote | None = None,
+           build_key: str = "") -> "BundleIdentity":
         return cls(app=recipe.name, model_source=recipe.source,
                    recipe_digest=sha256_file(recipe.path),
                    tolerances=_tolerances(recipe, quantization),
                    hooks=recipe.hooks if recipe.hooks.after_activate or recipe.hooks.health
-                   else None)
+                   else None, build_key=build_key)
 
 
 # An int8 module can differ from its quantized reference model where a requantization rounds the
@@ -84,8 +87,10 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         lowering=compiled.lowering,
         quantization=compiled.quantization,
         hooks=identity.hooks,
+        build_key=identity.build_key,
         toolchain=toolchain_versions(),
         files=files,
     )
     write_manifest(directory, manifest)
+    sign_bundle(directory)   # before the cache stores it: a cache hit must carry a signature
     return Bundle(directory, manifest)

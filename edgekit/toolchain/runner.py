@@ -34,12 +34,13 @@ def scratch_dir(prefix: str) -> Iterator[Path]:
 
 
 def run_tool(argv: Sequence[str], *, what: str, hint: str | None = None,
-             timeout: float = 1800, env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess[bytes]:
-    """Run `argv`; raise ToolError (never a bare subprocess error) when it fails."""
+             timeout: float = 1800, env: dict[str, str] | None = None,
+             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run `argv` (with `input` on its stdin); raise ToolError (never a bare subprocess
+    error) when it fails."""
     argv = [str(a) for a in argv]
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout,
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, input=input,
                               env={**os.environ, **(env or {})})
     except FileNotFoundError:
         raise ToolError(f"{what}: program not found", argv=argv, returncode=127,

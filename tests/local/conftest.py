@@ -12,6 +12,7 @@ import pytest
 
 from edgekit.api.build import BuildOptions, build
 from edgekit.models.bundle import MANIFEST, Bundle, load_bundle, sha256_file
+from edgekit.toolchain.signing import sign_bundle
 from edgekit.transport.local import LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,17 +52,23 @@ def bundle_copy(tmp_path):
     return edit
 
 
-def rehash(directory: Path, relative: str) -> None:
-    """Record a changed file's sha256 in the manifest (so only its content is wrong)."""
+def rehash(directory: Path, relative: str, sign: bool = True) -> None:
+    """Record a changed file's sha256 in the manifest (so only its content is wrong), signed
+    again with the session's key unless `sign` is False (a bundle that a trusted signer
+    built wrong, or an attacker's)."""
     manifest = json.loads((directory / MANIFEST).read_text())
     manifest["files"][relative] = sha256_file(directory / relative)
-    (directory / MANIFEST).write_text(json.dumps(manifest))
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    if sign:
+        sign_bundle(directory)
 
 
-def set_manifest(directory: Path, **fields) -> None:
+def set_manifest(directory: Path, sign: bool = True, **fields) -> None:
     manifest = json.loads((directory / MANIFEST).read_text())
     manifest.update(fields)
-    (directory / MANIFEST).write_text(json.dumps(manifest))
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    if sign:
+        sign_bundle(directory)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,13 +12,15 @@ import pytest
 from edgekit import BuildOptions, build
 from edgekit.device.deploy import release_extras
 from edgekit.toolchain.iree import tool_path
+from edgekit.toolchain.signing import trusted_signers
 
 SHIMS = Path(__file__).resolve().parents[2] / "runtime_shims"
 
 
-def sh(script: str, *args, cwd=None) -> subprocess.CompletedProcess:
+def sh(script: str, *args, cwd=None, home=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home)} if home else None
     return subprocess.run(["sh", str(SHIMS / script), *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+                          text=True, cwd=cwd, timeout=120, env=env)
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in SHIMS.glob("*.sh")))
@@ -51,15 +54,17 @@ def test_activate_switches_current_by_rename_and_journals_it(tmp_path):
 
 
 def test_verify_accepts_intact_files_and_names_a_changed_one(tmp_path):
-    (tmp_path / "a").write_text("alpha")
-    (tmp_path / "b").write_text("beta")
-    sums = subprocess.run(["sha256sum", "a", "b"], cwd=tmp_path, capture_output=True,
-                          text=True).stdout
+    (tmp_path / "module.vmfb").write_text("alpha")
+    (tmp_path / "golden").mkdir()
+    (tmp_path / "golden" / "b.npy").write_text("beta")
+    sums = subprocess.run(["sha256sum", "module.vmfb", "golden/b.npy"], cwd=tmp_path,
+                          capture_output=True, text=True).stdout
     (tmp_path / "SHA256SUMS").write_text(sums)
-    assert sh("verify.sh", tmp_path).returncode == 0
-    (tmp_path / "b").write_text("BETA")
-    bad = sh("verify.sh", tmp_path)
-    assert bad.returncode == 1 and "b: FAILED" in bad.stderr
+    assert sh("verify.sh", tmp_path, "--allow-unsigned").returncode == 0
+    (tmp_path / "golden" / "b.npy").write_text("BETA")
+    bad = sh("verify.sh", tmp_path, "--allow-unsigned")
+    assert bad.returncode == 1 and "golden/b.npy: FAILED" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +81,14 @@ def host_release(tmp_path_factory):
         (runtime / tool).symlink_to(tool_path(tool))
     for extra in release_extras(bundle, root / "bundle"):
         assert extra.parent == root / "bundle"
+    (root / ".edgekit").mkdir()   # the device user's home is `root`: it trusts our key
+    shutil.copyfile(trusted_signers(), root / ".edgekit" / "allowed_signers")
     return bundle, runtime.parent
 
 
 def test_run_writes_the_outputs_of_the_golden_inputs(host_release, tmp_path):
     bundle, runtime = host_release
-    assert sh("verify.sh", bundle.path).returncode == 0
+    assert sh("verify.sh", bundle.path, home=runtime.parent).returncode == 0
     proc = sh("run.sh", runtime, bundle.path, tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     got = np.load(tmp_path / "out" / "output_0.npy")
@@ -94,3 +101,109 @@ def test_bench_prints_benchmark_json(host_release):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert any("real_time" in b for b in report["benchmarks"])
+
+
+@pytest.fixture
+def release(host_release, tmp_path):
+    """A copy of the host release (with its SHA256SUMS, run.env and signature) to tamper
+    with, and the device home that trusts the session's key."""
+    bundle, runtime = host_release
+    copy = tmp_path / "release"
+    shutil.copytree(bundle.path, copy)
+    return copy, runtime.parent
+
+
+def resum(release: Path) -> None:
+    """SHA256SUMS over every file, as an attacker who can write the release would leave it."""
+    names = sorted(str(p.relative_to(release)) for p in release.rglob("*")
+                   if p.is_file() and not p.is_symlink() and p.name != "SHA256SUMS")
+    sums = subprocess.run(["sha256sum", *names], cwd=release, capture_output=True, text=True,
+                          check=True).stdout
+    (release / "SHA256SUMS").write_text(sums)
+
+
+def refused(release: Path, home: Path, *flags: str) -> str:
+    proc = sh("verify.sh", release, *flags, home=home)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    return proc.stderr
+
+
+def test_verify_accepts_a_signed_release_as_deployed(release):
+    path, home = release
+    assert sh("verify.sh", path, home=home).returncode == 0
+
+
+def test_verify_refuses_a_manifest_changed_after_signing_even_with_fresh_sums(release):
+    path, home = release
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["tolerances"]["atol"] = 1e9
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    resum(path)
+    assert "does not match its signature" in refused(path, home)
+
+
+def test_verify_refuses_a_module_swapped_with_matching_sums(release):
+    path, home = release
+    (path / "module.vmfb").write_bytes(b"another model")
+    resum(path)
+    assert "does not match the signed manifest" in refused(path, home)
+
+
+def test_verify_refuses_a_release_signed_by_an_untrusted_key(release, tmp_path):
+    path, home = release
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / ".edgekit").mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
+                   check=True)
+    public = (tmp_path / "k.pub").read_text().split()
+    (stranger / ".edgekit" / "allowed_signers").write_text(
+        f'someone namespaces="edgekit-bundle" {public[0]} {public[1]}\n')
+    assert "not in" in refused(path, stranger)
+    (path / "manifest.json.sig").unlink()
+    resum(path)
+    assert "not signed" in refused(path, home)
+    assert sh("verify.sh", path, "--allow-unsigned", home=home).returncode == 0
+
+
+@pytest.mark.parametrize("attack", ["symlink to a file", "symlinked golden", "escaping name",
+                                    "extra file", "listed outside"])
+def test_verify_refuses_what_a_release_may_not_hold(release, tmp_path, attack):
+    path, home = release
+    if attack == "symlink to a file":
+        target = tmp_path / "elsewhere.npy"
+        (path / "golden" / "output_0.npy").rename(target)
+        (path / "golden" / "output_0.npy").symlink_to(target)
+        expected = "golden/output_0.npy is a symlink"
+    elif attack == "symlinked golden":
+        (path / "golden").rename(tmp_path / "golden")
+        (path / "golden").symlink_to(tmp_path / "golden")
+        expected = "golden is a symlink"
+    elif attack == "escaping name":
+        (path / "golden" / "..evil.npy").write_text("x")
+        resum(path)
+        expected = "unexpected file name"
+    elif attack == "extra file":
+        (path / ".profile").write_text("evil")
+        expected = "unexpected file name: .profile"
+    else:
+        (tmp_path / "outside").write_text("x")
+        with (path / "SHA256SUMS").open("a") as f:
+            f.write(f"{'0' * 64}  ../outside\n")
+        expected = "SHA256SUMS lists an unexpected file name: ../outside"
+    for flags in ((), ("--allow-unsigned",)):
+        assert expected in refused(path, home, *flags)
+
+
+def test_verify_follows_an_apps_current_link_but_no_other_release_symlink(release, tmp_path):
+    path, home = release
+    app = tmp_path / "app"
+    (app / "releases").mkdir(parents=True)
+    path.rename(app / "releases" / "r1")
+    (app / "current").symlink_to("releases/r1")
+    assert sh("verify.sh", app / "current", home=home).returncode == 0
+    (app / "releases" / "r2").symlink_to(app / "releases" / "r1")
+    assert "is a symlink" in refused(app / "releases" / "r2", home)
+    (app / "current").unlink()
+    (app / "current").symlink_to(tmp_path)
+    assert "is a symlink" in refused(app / "current", home)
