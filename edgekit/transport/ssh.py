@@ -178,7 +178,12 @@ class Connection:
                 channel.shutdown_write()
                 out, err = self._drain(channel, timeout, command)
                 code = channel.recv_exit_status()
+        except TimeoutError:  # stdin not taken for sftp_s
+            raise self._stalled(Stall(step, self.timeouts.sftp_s, "timeouts.sftp_s")) from None
         except _CLOSED_ERRORS as exc:
+            if "Timeout opening channel" in str(exc):
+                raise self._stalled(Stall(step, self.timeouts.auth_s,
+                                          "timeouts.auth_s")) from None
             raise self._lost(step, _reason(exc)) from None
         if code == -1 and not self._alive():  # the channel closed without an exit status
             raise self._lost(step, "the channel closed without an exit status")
