@@ -59,11 +59,11 @@ def device(fault_device, bundles):
 
 
 @pytest.fixture
-def proxy(device):
+def proxy(fault_device):
     """A FaultProxy in front of the device, its host key pinned for the proxy's address."""
-    pub = (Path(device.config_dir) / "ssh_host_ed25519_key.pub").read_text().split()
-    with FaultProxy((device.host, device.port)) as p:
-        p.address = f"{device.user}@{p.host}:{p.port}"
+    pub = (Path(fault_device.config_dir) / "ssh_host_ed25519_key.pub").read_text().split()
+    with FaultProxy((fault_device.host, fault_device.port)) as p:
+        p.address = f"{fault_device.user}@{p.host}:{p.port}"
         pin_host_key(parse_address(p.address), pub[0], pub[1], replace=True)
         yield p
 
@@ -158,7 +158,7 @@ def test_a_port_that_never_speaks_ssh_fails_after_the_banner_deadline_in_one_lin
     assert current(device) == before
 
 
-def test_a_stalled_command_and_file_operation_end_at_their_deadlines(device, proxy):
+def test_a_stalled_command_and_file_operation_end_at_their_deadlines(proxy):
     timeouts = Timeouts(sftp_s=2, auth_s=3)
     for operation, step in ((lambda c: c.run(["true"], timeout=3), "command 'true'"),
                             (lambda c: c.listdir(".edgekit"), "listing of .edgekit")):
@@ -178,9 +178,10 @@ def test_a_stalled_command_and_file_operation_end_at_their_deadlines(device, pro
 
 
 @pytest.fixture
-def crowded_sshd(device, tmp_path):
+def crowded_sshd(fault_device, tmp_path):
     """A second sshd for the same device user and host key, with `MaxStartups 2`: beyond two
     connections in the handshake it drops new ones at once."""
+    device = fault_device
     config_dir = Path(device.config_dir)
     port = free_port(device.host)
     config = tmp_path / "sshd_config"
@@ -232,9 +233,9 @@ print(len(result.stdout), result.stdout_cut, peak_kib // 1024,
 """
 
 
-def test_a_command_printing_300_mb_over_ssh_keeps_edgekit_small(device):
+def test_a_command_printing_300_mb_over_ssh_keeps_edgekit_small(fault_device):
     """Peak RSS of a process of its own (VmHWM: ru_maxrss would carry pytest's over exec)."""
-    proc = subprocess.run([sys.executable, "-c", FLOOD, device.address,
+    proc = subprocess.run([sys.executable, "-c", FLOOD, fault_device.address,
                            str(lab.identity_path())], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr
