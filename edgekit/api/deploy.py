@@ -9,6 +9,9 @@ from pathlib import Path
 
 from edgekit.config.address import local_root
 from edgekit.config.devices import resolve_device
+from edgekit.config.profiles import load_target
+from edgekit.config.recipe import load_recipe
+from edgekit.config.timeouts import Timeouts, resolve_timeouts
 from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import load_bundle
@@ -25,6 +28,7 @@ class DeployOptions:
     keep: int = 3                   # releases kept on the device (current included)
     use_cache: bool = True
     allow_unsigned: bool = False    # the user's opt-out of the signature check (journaled)
+    timeouts: Timeouts | None = None   # default: the target profile's, the recipe's, then env
 
 
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
@@ -39,6 +43,7 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
                           hint="edgekit targets list")
     if local_root(options.host) is None:
         resolve_device(options.host, options.identity)   # a bad name or key fails before a build
+    timeouts = deploy_timeouts(options)
     if options.bundle is not None:
         bundle = load_bundle(options.bundle)
     else:
@@ -48,9 +53,19 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
             on_stage("build")
         bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
                                     use_cache=options.use_cache)).bundle
-    with open_device(options.host, options.identity) as conn:
+    with open_device(options.host, options.identity, timeouts) as conn:
         return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
                              hooks=bundle.manifest.hooks, allow_unsigned=options.allow_unsigned)
 
 
-__all__ = ["DeployOptions", "DeployResult", "deploy"]
+def deploy_timeouts(options: DeployOptions) -> Timeouts:
+    """The deadlines for this deploy: given, or the target profile's `timeouts:` under the
+    recipe's, under the EDGEKIT_TIMEOUT_* environment variables."""
+    if options.timeouts is not None:
+        return options.timeouts
+    profile = load_target(options.target).timeouts if options.target else None
+    recipe = load_recipe(options.recipe).timeouts if options.recipe else None
+    return resolve_timeouts(profile, recipe)
+
+
+__all__ = ["DeployOptions", "DeployResult", "deploy", "deploy_timeouts"]

@@ -20,6 +20,7 @@ import pydantic
 from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.config.resources import targets_dir
 from edgekit.config.schema_base import Frozen
+from edgekit.config.timeouts import Timeouts
 from edgekit.config.yamlsrc import YamlDoc, load_yaml, validate
 from edgekit.errors import ConfigError
 
@@ -96,6 +97,10 @@ class Target(Frozen):
                                    "(after `flags`; `edgekit tune` variants still apply)")
     tune: TuneSpec = pydantic.Field(default_factory=lambda: TuneSpec(),
                                     description="flag sets and threads `edgekit tune` tries")
+    timeouts: Timeouts | None = pydantic.Field(
+        default=None, exclude=True,
+        description="deadlines for talking to devices of this target (e.g. longer for a slow "
+                    "board); not part of the profile's fingerprint")
     source: str = pydantic.Field(default="", description="file the profile came from")
 
     @pydantic.field_validator("arch", mode="before")

@@ -13,6 +13,7 @@ import pydantic
 
 from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.config.schema_base import Frozen
+from edgekit.config.timeouts import Timeouts
 from edgekit.config.yamlsrc import load_yaml, validate
 from edgekit.errors import ConfigError
 
@@ -165,6 +166,10 @@ class Recipe(Frozen):
                                   "calibration/accuracy settings")
     hooks: Hooks = pydantic.Field(default_factory=lambda: Hooks(),
                                   description="commands run on the device after activation")
+    timeouts: Timeouts | None = pydantic.Field(
+        default=None, exclude=True,
+        description="deadlines for talking to the device when deploying this recipe (over the "
+                    "target profile's); not part of the build's cache key")
     _path: Path = pydantic.PrivateAttr(default=Path("recipe.yaml"))
 
     @pydantic.field_validator("quantize")

@@ -9,6 +9,12 @@ an absent path is an answer for reads (`read_text`, `readlink`, `listdir` return
 other failure is a typed `DeviceError` — `DeviceUnreachable` when the device stopped answering
 (connection lost, a transfer stalled), `RemoteCommandFailed` when it answered with a failure
 (a command's exit status, a file operation refused). No foreign exception crosses it.
+
+Deadlines: every operation has one (`edgekit.config.timeouts.Timeouts`, given when the
+transport is opened); `run` takes the command's own, or the transport's `command_s`. Output:
+what a command prints is bounded (`BoundedOutput`): its first and last MiB are kept, and a
+marker in the middle says how many bytes were cut, so a command printing gigabytes costs
+edgekit a few MiB.
 """
 
 from __future__ import annotations
@@ -21,7 +27,43 @@ from typing import Protocol, Self
 
 from edgekit.errors import RemoteCommandFailed
 
-DEFAULT_TIMEOUT_S = 300.0
+# What a command's stdout and stderr each keep: its head and its tail. Every caller reads a
+# few kB (probe facts, a benchmark's JSON, a hook's last lines); a MiB each way leaves room.
+OUTPUT_HEAD_BYTES = 1 << 20
+OUTPUT_TAIL_BYTES = 1 << 20
+
+
+class BoundedOutput:
+    """A stream's first `head` and last `tail` bytes, and how many bytes between them were
+    dropped. Memory stays under head + 2 * tail whatever the stream's length."""
+
+    def __init__(self, head: int = OUTPUT_HEAD_BYTES, tail: int = OUTPUT_TAIL_BYTES):
+        self._head_limit, self._tail_limit = head, tail
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self._head_limit - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if data:
+            self._tail += data
+            if len(self._tail) > 2 * self._tail_limit:
+                del self._tail[:-self._tail_limit]
+
+    @property
+    def cut(self) -> int:
+        return self.total - len(self._head) - min(len(self._tail), self._tail_limit)
+
+    def getvalue(self) -> bytes:
+        tail = bytes(self._tail[-self._tail_limit:]) if self._tail_limit else b""
+        if not self.cut:
+            return bytes(self._head) + tail
+        marker = f"\n[edgekit: {self.cut} bytes of output cut here]\n".encode()
+        return bytes(self._head) + marker + tail
 
 
 @dataclass(frozen=True)
@@ -29,6 +71,8 @@ class RemoteResult:
     returncode: int
     stdout: bytes
     stderr: bytes
+    stdout_cut: int = 0     # bytes dropped from the middle of stdout (see BoundedOutput)
+    stderr_cut: int = 0
 
     @property
     def text(self) -> str:
@@ -51,11 +95,12 @@ class Transport(Protocol):
         """The device as errors and reports name it: user@host[:port], or local:/dir."""
         ...
 
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+    def run(self, argv: Sequence[str], *, timeout: float | None = None,
             stdin: bytes | None = None, check: bool = True,
             what: str = "remote command failed") -> RemoteResult:
         """Run argv (never a shell string) in the home directory. A non-zero exit raises
-        RemoteCommandFailed(`what`) if `check`; running past `timeout` raises it with 124."""
+        RemoteCommandFailed(`what`) if `check`; running past `timeout` (default: the
+        transport's `command_s`) raises it with 124. stdout and stderr are bounded."""
         ...
 
     def put(self, local: Path, remote: str) -> int:
@@ -99,6 +144,12 @@ class Transport(Protocol):
 
     def __exit__(self, *exc: object) -> None:
         ...
+
+
+def short_command(argv: Sequence[str] | str, limit: int = 80) -> str:
+    """A command as a step name in a one-line error."""
+    text = argv if isinstance(argv, str) else " ".join(argv)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def file_op_failed(where: str, op: str, paths: Sequence[str], exc: OSError,

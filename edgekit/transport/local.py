@@ -15,19 +15,23 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
+from edgekit.config.timeouts import Timeouts
 from edgekit.errors import DeviceUnreachable, RemoteCommandFailed
-from edgekit.transport.base import (DEFAULT_TIMEOUT_S, RemoteEntry, RemoteResult,
-                                    file_op_failed)
+from edgekit.transport.base import (BoundedOutput, RemoteEntry, RemoteResult, file_op_failed)
 
 
 class LocalTransport:
     """A `Transport` to the directory `root` (which must exist: it is the device)."""
 
-    def __init__(self, root: Path, name: str | None = None):
+    def __init__(self, root: Path, name: str | None = None, timeouts: Timeouts | None = None):
         self.root = Path(root).absolute()
+        self.timeouts = timeouts or Timeouts()
         self._where = name or f"local:{self.root}"
         self._closed = False
         if not self.root.is_dir():
@@ -47,10 +51,11 @@ class LocalTransport:
     def close(self) -> None:
         self._closed = True
 
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+    def run(self, argv: Sequence[str], *, timeout: float | None = None,
             stdin: bytes | None = None, check: bool = True,
             what: str = "remote command failed") -> RemoteResult:
         self._check_open()
+        timeout = self.timeouts.command_s if timeout is None else timeout
         command = shlex.join(argv)
         # a login's environment, not edgekit's own settings (EDGEKIT_DRIVER steers bench.sh)
         env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEKIT_")}
@@ -62,19 +67,39 @@ class LocalTransport:
         except OSError as exc:
             raise DeviceUnreachable(f"cannot start a process in {self.root}: {exc}",
                                     where=self.where) from None
+        out, err = BoundedOutput(), BoundedOutput()
+        # threads, not communicate(): that would keep all of a flood of output in memory
+        pumps = [threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True),
+                 threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True),
+                 threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)]
+        for pump in pumps:
+            pump.start()
+        deadline = time.monotonic() + timeout
+        for pump in pumps:  # output ends when the command and all it started have exited
+            pump.join(max(0.0, deadline - time.monotonic()))
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
+            if any(pump.is_alive() for pump in pumps):
+                raise subprocess.TimeoutExpired(command, timeout)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the shim and what it started
-            out, err = proc.communicate()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the shim and what it started
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            for pump in pumps:  # a process that left the group may keep a pipe open
+                pump.join(5)
             raise RemoteCommandFailed(f"timed out after {timeout:.0f} s", where=self.where,
                                       argv=[command], returncode=124,
-                                      stderr_tail=err.decode(errors="replace")) from None
-        result = RemoteResult(proc.returncode, out, err)
+                                      stderr_tail=err.getvalue()[-3000:].decode(
+                                          errors="replace")) from None
+        result = RemoteResult(proc.returncode, out.getvalue(), err.getvalue(),
+                              stdout_cut=out.cut, stderr_cut=err.cut)
         if check and proc.returncode != 0:
             raise RemoteCommandFailed(what, where=self.where, argv=list(argv),
                                       returncode=proc.returncode,
-                                      stderr_tail=(err or out).decode(errors="replace")[-3000:])
+                                      stderr_tail=(result.stderr or result.stdout)
+                                      [-3000:].decode(errors="replace"))
         return result
 
     def put(self, local: Path, remote: str) -> int:
@@ -136,3 +161,18 @@ class LocalTransport:
     def _check_open(self) -> None:
         if self._closed:
             raise DeviceUnreachable("the connection to the device is closed", where=self.where)
+
+
+def _pump(pipe: IO[bytes], sink: BoundedOutput) -> None:
+    with pipe:
+        while chunk := pipe.read1(65536):
+            sink.write(chunk)
+
+
+def _feed(pipe: IO[bytes], data: bytes | None) -> None:
+    try:
+        with pipe:
+            if data:
+                pipe.write(data)
+    except BrokenPipeError:
+        pass  # the command exited without reading its input: its exit status says what happened

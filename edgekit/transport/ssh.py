@@ -14,30 +14,45 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
+import random
 import select
 import shlex
 import socket
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import paramiko
 
 from edgekit.config.paths import known_hosts_path
+from edgekit.config.timeouts import Timeouts
 from edgekit.errors import (AuthFailed, DeviceError, DeviceUnreachable, HostKeyChanged,
                             HostKeyUnknown, RemoteCommandFailed)
 from edgekit.config.address import DeviceAddress
-from edgekit.transport.base import (DEFAULT_TIMEOUT_S, RemoteEntry, RemoteResult,
-                                    file_op_failed)
+from edgekit.transport.base import (BoundedOutput, RemoteEntry, RemoteResult, file_op_failed,
+                                    short_command)
 
-CONNECT_TIMEOUT_S = 15.0    # TCP connect, SSH banner and auth each (emulated devices are slow)
-CONNECT_ATTEMPTS = 3        # only for "unreachable"; key and auth failures are not retried
-# An SFTP request unanswered this long means the device stopped answering (a transfer sends and
-# acknowledges 32 kB blocks: even an emulated device answers one in well under a second).
-SFTP_STALL_S = 120.0
+# A refused or dropped connection is retried (sshd restarting, or over its MaxStartups: it
+# drops connections before its banner); a deadline that passed is not (the device is silent,
+# and it would only multiply the wait). Backoff 0.5, 1, 2, 4 s, each jittered so that a fleet
+# turned away together does not come back together.
+CONNECT_ATTEMPTS = 5
+
+# paramiko's transport thread logs each failed handshake with a traceback at ERROR, and with no
+# logging configured Python prints those to stderr (logging.lastResort): three raw tracebacks
+# for one port that does not speak SSH. Every failure it logs is also raised to us and
+# translated here, so its log goes nowhere unless an application configures the logger.
+_paramiko_log = logging.getLogger("paramiko")
+_paramiko_log.addHandler(logging.NullHandler())
+_paramiko_log.propagate = False
 
 T = TypeVar("T")
+_CLOSED_ERRORS = (paramiko.SSHException, OSError, EOFError)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -46,14 +61,80 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
+@dataclass(frozen=True)
+class Stall:
+    """A step, its deadline, and the setting the deadline comes from (for the message)."""
+
+    step: str
+    seconds: float
+    setting: str
+
+
+class _Watchdog:
+    """Closes the connection when a step runs past its deadline, so that whatever paramiko call
+    is blocked on it raises: paramiko's own timeouts do not cover every wait (a request's reply
+    in exec_command, a send into a full TCP window). One thread per connection, started on the
+    first step."""
+
+    def __init__(self, on_expiry: Callable[[], None]):
+        self._on_expiry = on_expiry
+        self._lock = threading.Lock()
+        self._step: tuple[Stall, float] | None = None      # the step and its deadline
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.expired: Stall | None = None                  # the step that ran past it
+
+    @contextmanager
+    def step(self, stall: Stall) -> Iterator[Callable[..., None]]:
+        """Guard one step; the context's value is `kick()`: progress, restart the deadline."""
+        def kick(*_: object) -> None:
+            with self._lock:
+                if self._step is not None:
+                    self._step = (stall, time.monotonic() + stall.seconds)
+        with self._lock:
+            self._step = (stall, time.monotonic() + stall.seconds)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, daemon=True,
+                                                name="edgekit-ssh-watchdog")
+                self._thread.start()
+        try:
+            yield kick
+        finally:
+            with self._lock:
+                self._step = None
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                step = self._step
+                if step is None or time.monotonic() < step[1]:
+                    continue
+                self.expired, self._step = step[0], None
+            self._on_expiry()
+            return
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 class Connection:
     """One authenticated SSH connection to a device, a `Transport` (see module doc for its
-    lifecycle). Every paramiko, socket and SFTP error becomes a DeviceError here."""
+    lifecycle). Every paramiko, socket and SFTP error becomes a DeviceError here.
 
-    def __init__(self, address: DeviceAddress, client: paramiko.SSHClient):
+    Every operation runs under a deadline (`timeouts`): an SFTP operation that gets no answer
+    for `sftp_s` (an upload or download: no block acknowledged for that long), a command past
+    its own timeout plus `sftp_s`. A step past its deadline, or a connection lost, ends the
+    connection: the error names the step, and every later operation raises it again at once
+    (clean-up after a failure does not wait out the deadline once more)."""
+
+    def __init__(self, address: DeviceAddress, client: paramiko.SSHClient,
+                 timeouts: Timeouts | None = None):
         self.address = address
+        self.timeouts = timeouts or Timeouts()
         self._client = client
         self._sftp: paramiko.SFTPClient | None = None
+        self._broken: str | None = None
+        self._watchdog = _Watchdog(self._client.close)
 
     @property
     def where(self) -> str:
@@ -66,95 +147,117 @@ class Connection:
         self.close()
 
     def close(self) -> None:
-        self._drop_sftp()
+        if self._broken is None:
+            try:
+                with self._watchdog.step(self._sftp_stall("closing the connection")):
+                    self._drop_sftp()
+            finally:
+                self._client.close()
+        self._watchdog.stop()
         self._client.close()
 
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+    def run(self, argv: Sequence[str], *, timeout: float | None = None,
             stdin: bytes | None = None, check: bool = True,
             what: str = "remote command failed") -> RemoteResult:
         """Run argv on the device (each argument shell-quoted); the cwd is the user's home."""
+        timeout = self.timeouts.command_s if timeout is None else timeout
         command = shlex.join(argv)
+        step = f"command {short_command(command)!r}"
+        self._check_usable()
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            raise DeviceUnreachable("the connection to the device is closed", where=self.where)
+            raise self._lost(step, "the connection is closed")
         try:
-            channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
-            channel.settimeout(timeout)  # bounds sendall() of stdin to a device not reading it
-            channel.exec_command(command)
-            if stdin is not None:
-                channel.sendall(stdin)
-            channel.shutdown_write()
-            out, err = self._drain(channel, timeout, command)
-            code = channel.recv_exit_status()
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            reason = str(exc) or type(exc).__name__
-            raise DeviceUnreachable(f"connection lost while running a command: {reason}",
-                                    where=self.where) from None
+            with self._watchdog.step(Stall(step, timeout + self.timeouts.sftp_s,
+                                           "the command's timeout + timeouts.sftp_s")):
+                channel = transport.open_session(timeout=self.timeouts.auth_s)
+                channel.settimeout(self.timeouts.sftp_s)  # bounds sendall() of stdin
+                channel.exec_command(command)
+                if stdin is not None:
+                    channel.sendall(stdin)
+                channel.shutdown_write()
+                out, err = self._drain(channel, timeout, command)
+                code = channel.recv_exit_status()
+        except TimeoutError:  # stdin not taken for sftp_s
+            raise self._stalled(Stall(step, self.timeouts.sftp_s, "timeouts.sftp_s")) from None
+        except _CLOSED_ERRORS as exc:
+            if "Timeout opening channel" in str(exc):
+                raise self._stalled(Stall(step, self.timeouts.auth_s,
+                                          "timeouts.auth_s")) from None
+            raise self._lost(step, _reason(exc)) from None
         if code == -1 and not self._alive():  # the channel closed without an exit status
-            raise DeviceUnreachable("connection lost while running a command",
-                                    where=self.where)
-        result = RemoteResult(code, out, err)
+            raise self._lost(step, "the channel closed without an exit status")
+        result = RemoteResult(code, out.getvalue(), err.getvalue(),
+                              stdout_cut=out.cut, stderr_cut=err.cut)
         if check and code != 0:
             raise RemoteCommandFailed(what, where=self.where, argv=list(argv),
                                       returncode=code,
-                                      stderr_tail=(err or out).decode(errors="replace")[-3000:])
+                                      stderr_tail=(result.stderr or result.stdout)
+                                      [-3000:].decode(errors="replace"))
         return result
 
     def _drain(self, channel: paramiko.Channel, timeout: float,
-               command: str) -> tuple[bytes, bytes]:
-        out, err = bytearray(), bytearray()
+               command: str) -> tuple[BoundedOutput, BoundedOutput]:
+        out, err = BoundedOutput(), BoundedOutput()
         deadline = time.monotonic() + timeout
         while True:
             while channel.recv_ready():
-                out += channel.recv(65536)
+                out.write(channel.recv(65536))
             while channel.recv_stderr_ready():
-                err += channel.recv_stderr(65536)
+                err.write(channel.recv_stderr(65536))
             if channel.exit_status_ready() and not channel.recv_ready() \
                     and not channel.recv_stderr_ready():
-                return bytes(out), bytes(err)
+                return out, err
+            if not self._alive():
+                raise EOFError("the channel closed")
             if time.monotonic() > deadline:
                 channel.close()
                 raise RemoteCommandFailed(f"timed out after {timeout:.0f} s",
-                                          where=self.where, argv=[command],
-                                          returncode=124, stderr_tail=err.decode(errors="replace"))
+                                          where=self.where, argv=[command], returncode=124,
+                                          stderr_tail=err.getvalue()[-3000:].decode(
+                                              errors="replace"))
             select.select([channel], [], [], 0.1)
 
     # --- files, over SFTP (opened lazily, once) ---------------------------------------------
 
     def put(self, local: Path, remote: str) -> int:
         """Upload a file; returns bytes sent (SFTP confirms the size)."""
-        self._sftp_do("upload", [str(local), remote],
-                      lambda sftp: sftp.put(str(local), remote, confirm=True))
+        def upload(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
+            sftp.put(str(local), remote, callback=kick, confirm=True)
+        self._sftp_do(f"upload of {remote}", "upload", [str(local), remote], upload)
         return local.stat().st_size
 
     def get(self, remote: str, local: Path) -> None:
-        self._sftp_do("download", [remote, str(local)], lambda sftp: sftp.get(remote, str(local)))
+        def download(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
+            sftp.get(remote, str(local), callback=kick)
+        self._sftp_do(f"download of {remote}", "download", [remote, str(local)], download)
 
     def read_text(self, remote: str) -> str | None:
-        def read(sftp: paramiko.SFTPClient) -> str:
+        def read(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> str:
             with sftp.open(remote) as f:
                 return f.read().decode(errors="replace")
-        return self._sftp_do("read", [remote], read, none_if_absent=True)
+        return self._sftp_do(f"read of {remote}", "read", [remote], read, none_if_absent=True)
 
     def append_text(self, remote: str, text: str) -> None:
-        def append(sftp: paramiko.SFTPClient) -> None:
+        def append(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
             with sftp.open(remote, "a") as f:
                 f.write(text.encode())
-        self._sftp_do("append", [remote], append)
+        self._sftp_do(f"append to {remote}", "append", [remote], append)
 
     def readlink(self, remote: str) -> str | None:
-        return self._sftp_do("readlink", [remote], lambda sftp: sftp.readlink(remote),
-                             none_if_absent=True)
+        return self._sftp_do(f"readlink of {remote}", "readlink", [remote],
+                             lambda sftp, kick: sftp.readlink(remote), none_if_absent=True)
 
     def listdir(self, remote: str) -> list[RemoteEntry] | None:
-        def entries(sftp: paramiko.SFTPClient) -> list[RemoteEntry]:
+        def entries(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> list[RemoteEntry]:
             return [RemoteEntry(e.filename, float(e.st_mtime or 0))
                     for e in sftp.listdir_attr(remote)]
-        return self._sftp_do("listdir", [remote], entries, none_if_absent=True)
+        return self._sftp_do(f"listing of {remote}", "listdir", [remote], entries,
+                             none_if_absent=True)
 
     def mkdirs(self, remote: str) -> None:
         """mkdir -p over SFTP (relative paths are relative to the home directory)."""
-        def make(sftp: paramiko.SFTPClient) -> None:
+        def make(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
             current = ""
             for part in remote.strip("/").split("/"):
                 current = f"{current}/{part}" if current else \
@@ -163,53 +266,52 @@ class Connection:
                     sftp.stat(current)
                 except FileNotFoundError:
                     sftp.mkdir(current)
-        self._sftp_do("mkdir", [remote], make)
+                kick()
+        self._sftp_do(f"mkdir of {remote}", "mkdir", [remote], make)
 
     def rename(self, old: str, new: str) -> None:
-        self._sftp_do("rename", [old, new], lambda sftp: sftp.posix_rename(old, new))
+        self._sftp_do(f"rename of {old}", "rename", [old, new],
+                      lambda sftp, kick: sftp.posix_rename(old, new))
 
     def chmod(self, remote: str, mode: int) -> None:
-        self._sftp_do("chmod", [oct(mode), remote], lambda sftp: sftp.chmod(remote, mode))
+        self._sftp_do(f"chmod of {remote}", "chmod", [oct(mode), remote],
+                      lambda sftp, kick: sftp.chmod(remote, mode))
 
-    def _sftp_do(self, op: str, paths: list[str], action: Callable[[paramiko.SFTPClient], T],
+    def _sftp_do(self, step: str, op: str, paths: list[str],
+                 action: Callable[[paramiko.SFTPClient, Callable[..., None]], T],
                  *, none_if_absent: bool = False) -> T | None:
-        """Run one SFTP action, translating what it raises (see transport.base)."""
-        sftp = self._open_sftp()
+        """Run one SFTP action under the `sftp_s` deadline (`kick` restarts it on progress),
+        translating what it raises (see transport.base)."""
+        self._check_usable()
         try:
-            return action(sftp)
+            with self._watchdog.step(self._sftp_stall(step)) as kick:
+                sftp = self._open_sftp()
+                return action(sftp, kick)
         except FileNotFoundError as exc:
             if none_if_absent:
                 return None
             raise file_op_failed(self.where, op, paths, exc) from None
         except TimeoutError:
-            self._drop_sftp()  # a reply may still arrive: the session is out of step
-            raise DeviceUnreachable(f"{op} stalled: the device did not answer for "
-                                    f"{SFTP_STALL_S:.0f} s", where=self.where) from None
+            raise self._stalled(self._sftp_stall(step)) from None
         except (paramiko.SSHException, EOFError) as exc:
-            self._drop_sftp()
-            reason = str(exc) or type(exc).__name__
-            raise DeviceUnreachable(f"connection lost during {op}: {reason}",
-                                    where=self.where) from None
+            raise self._lost(step, _reason(exc)) from None
         except OSError as exc:
-            if not self._alive():
-                self._drop_sftp()
-                raise DeviceUnreachable(f"connection lost during {op}: {exc}",
-                                        where=self.where) from None
+            if self._watchdog.expired or not self._alive():
+                raise self._lost(step, _reason(exc)) from None
             raise file_op_failed(self.where, op, paths, exc) from None
 
     def _open_sftp(self) -> paramiko.SFTPClient:
         if self._sftp is None:
             try:
                 self._sftp = self._client.open_sftp()
-            except (paramiko.SSHException, OSError, EOFError) as exc:
-                if self._alive():
+            except _CLOSED_ERRORS as exc:
+                if self._alive() and not self._watchdog.expired:
                     raise RemoteCommandFailed(f"cannot start SFTP: {exc}", where=self.where,
                                               argv=["sftp"], returncode=1, stderr_tail=str(exc),
                                               hint="the device needs an SFTP server "
                                                    "(openssh-sftp-server)") from None
-                raise DeviceUnreachable(f"connection lost opening SFTP: {exc}",
-                                        where=self.where) from None
-            self._sftp.get_channel().settimeout(SFTP_STALL_S)
+                raise
+            self._sftp.get_channel().settimeout(self.timeouts.sftp_s)
         return self._sftp
 
     def _drop_sftp(self) -> None:
@@ -217,62 +319,149 @@ class Connection:
         if sftp is not None:
             try:
                 sftp.close()
-            except (paramiko.SSHException, OSError, EOFError):
+            except _CLOSED_ERRORS:
                 pass  # closing a session that already broke: nothing left to release
+
+    # --- failures: a stalled or lost connection ends it -------------------------------------
+
+    def _sftp_stall(self, step: str) -> Stall:
+        return Stall(step, self.timeouts.sftp_s, "timeouts.sftp_s")
+
+    def _stalled(self, stall: Stall) -> DeviceUnreachable:
+        return self._break(f"{stall.step}: the device stopped answering for "
+                           f"{stall.seconds:g} s ({stall.setting}); connection closed")
+
+    def _lost(self, step: str, reason: str) -> DeviceUnreachable:
+        expired = self._watchdog.expired
+        if expired is not None:  # the watchdog closed it: the cause is the stall
+            return self._stalled(expired)
+        return self._break(f"{step}: connection lost ({reason})")
+
+    def _break(self, message: str) -> DeviceUnreachable:
+        if self._broken is None:
+            self._broken = message
+            self._sftp = None
+            self._client.close()
+        return DeviceUnreachable(self._broken, where=self.where)
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise DeviceUnreachable(self._broken, where=self.where)
 
     def _alive(self) -> bool:
         transport = self._client.get_transport()
         return transport is not None and transport.is_active()
 
 
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --- connecting ------------------------------------------------------------------------------
+
+class _Retry(Exception):
+    """A connection attempt refused or dropped before we were in: worth another attempt."""
+
+    def __init__(self, step: str, reason: str):
+        super().__init__(f"{step}: {reason}")
+
+
 def connect(address: DeviceAddress, identity: Path, *,
-            known_hosts: Path | None = None, attempts: int = CONNECT_ATTEMPTS) -> Connection:
-    """An authenticated connection, or a precise error: unreachable, unknown or changed host
-    key, or authentication refused. Only "unreachable" is retried (bounded, with backoff)."""
+            known_hosts: Path | None = None, attempts: int = CONNECT_ATTEMPTS,
+            timeouts: Timeouts | None = None) -> Connection:
+    """An authenticated connection, or a precise one-line error naming the step that failed
+    (connect, banner, key exchange, authentication): unreachable, silent past a deadline,
+    unknown or changed host key, or authentication refused. Only a refused or dropped
+    connection is retried (bounded, with jittered backoff)."""
+    timeouts = timeouts or Timeouts().with_env()
     known_hosts = known_hosts or known_hosts_path()
     identity_key = _load_identity(identity, address)
-    last: Exception | None = None
+    last: _Retry | None = None
     for attempt in range(attempts):
-        client = paramiko.SSHClient()
-        if known_hosts.is_file():
-            client.load_host_keys(str(known_hosts))
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
-            client.connect(address.host, port=address.port, username=address.user,
-                           pkey=identity_key, allow_agent=False, look_for_keys=False,
-                           timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
-                           auth_timeout=CONNECT_TIMEOUT_S, channel_timeout=CONNECT_TIMEOUT_S)
-            return Connection(address, client)
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise HostKeyChanged(
-                "the device's host key has CHANGED since it was pinned; refused before "
-                f"authentication (got {fingerprint(exc.key)}, pinned "
-                f"{fingerprint(exc.expected_key)})", where=str(address),
-                got=fingerprint(exc.key), expected=fingerprint(exc.expected_key),
-                hint="if the device was re-imaged on purpose, run `edgekit devices trust "
-                     f"{address} --replace`; otherwise treat this as an attack") from None
-        except paramiko.AuthenticationException:
-            client.close()
-            raise AuthFailed(f"the device refused the key {identity}", where=str(address),
-                             hint="install the public key in the device's authorized_keys, "
-                                  "or pass --identity") from None
-        except paramiko.SSHException as exc:
-            client.close()
-            if "not found in known_hosts" in str(exc):
-                raise HostKeyUnknown(
-                    "the device's host key is not pinned; nothing was sent to it",
-                    where=str(address),
-                    hint=f"check and pin it first: edgekit devices trust {address}") from None
-            last = exc
-        except (OSError, socket.timeout, EOFError) as exc:
-            client.close()
+            client = _handshake(address, identity, identity_key, known_hosts, timeouts)
+            return Connection(address, client, timeouts)
+        except _Retry as exc:
             last = exc
         if attempt + 1 < attempts:
-            time.sleep(min(2.0 ** attempt, 5.0))
-    raise DeviceUnreachable(f"cannot connect after {attempts} attempts: {last}",
-                            where=str(address),
-                            hint="check the address and port, and that sshd runs on the device")
+            time.sleep(min(0.5 * 2.0 ** attempt, 4.0) * random.uniform(0.5, 1.5))
+    raise DeviceUnreachable(f"{last} (after {attempts} attempts)", where=str(address))
+
+
+def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PKey,
+               known_hosts: Path, timeouts: Timeouts) -> paramiko.SSHClient:
+    """One attempt: TCP connect, banner, key exchange with the pinned host key, auth."""
+    where = str(address)
+    try:
+        sock = socket.create_connection((address.host, address.port),
+                                        timeout=timeouts.connect_s)
+    except TimeoutError:
+        raise DeviceUnreachable(f"connect: no answer within {timeouts.connect_s:g} s "
+                                "(timeouts.connect_s); is the address right and the device on?",
+                                where=where) from None
+    except OSError as exc:
+        raise _Retry("connect", _reason(exc)) from None
+    client = paramiko.SSHClient()
+    if known_hosts.is_file():
+        client.load_host_keys(str(known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        # with `sock` given, `timeout` bounds banner + key exchange (paramiko's start_client)
+        client.connect(address.host, port=address.port, username=address.user,
+                       pkey=identity_key, allow_agent=False, look_for_keys=False, sock=sock,
+                       timeout=timeouts.banner_s + timeouts.auth_s,
+                       banner_timeout=timeouts.banner_s, auth_timeout=timeouts.auth_s,
+                       channel_timeout=timeouts.auth_s)
+        return client
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostKeyChanged(
+            "the device's host key has CHANGED since it was pinned; refused before "
+            f"authentication (got {fingerprint(exc.key)}, pinned "
+            f"{fingerprint(exc.expected_key)})", where=where,
+            got=fingerprint(exc.key), expected=fingerprint(exc.expected_key),
+            hint="if the device was re-imaged on purpose, run `edgekit devices trust "
+                 f"{address} --replace`; otherwise treat this as an attack") from None
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        transport = client.get_transport()
+        step = _handshake_step(transport)
+        alive = transport is not None and transport.is_active()
+        client.close()
+        if "not found in known_hosts" in str(exc):
+            raise HostKeyUnknown(
+                "the device's host key is not pinned; nothing was sent to it", where=where,
+                hint=f"check and pin it first: edgekit devices trust {address}") from None
+        if step == "banner" and isinstance(exc.__context__, TimeoutError):
+            raise DeviceUnreachable(
+                f"banner: no SSH banner within {timeouts.banner_s:g} s (timeouts.banner_s): "
+                "the port accepts connections but does not speak SSH", where=where) from None
+        if step == "banner" and "protocol version" in str(exc):
+            raise DeviceUnreachable(f"banner: the port does not speak SSH ({_reason(exc)})",
+                                    where=where) from None
+        if step == "key exchange" and alive:  # start_client gave up waiting
+            raise DeviceUnreachable(
+                f"key exchange: no answer within {timeouts.auth_s:g} s (timeouts.auth_s)",
+                where=where) from None
+        if step == "authentication" and "timeout" in str(exc).lower():
+            raise DeviceUnreachable(
+                f"authentication: no answer within {timeouts.auth_s:g} s (timeouts.auth_s)",
+                where=where) from None
+        if step == "authentication" and alive \
+                and isinstance(exc, paramiko.AuthenticationException):
+            raise AuthFailed(f"the device refused the key {identity}", where=where,
+                             hint="install the public key in the device's authorized_keys, "
+                                  "or pass --identity") from None
+        raise _Retry(step, f"connection closed by the device ({_reason(exc)})") from None
+
+
+def _handshake_step(transport: paramiko.Transport | None) -> str:
+    """How far a failed handshake got: the step it failed in."""
+    if transport is None or not transport.remote_version:
+        return "banner"
+    if transport.host_key is None:
+        return "key exchange"
+    return "authentication"
 
 
 def _load_identity(identity: Path, address: DeviceAddress) -> paramiko.PKey:
@@ -286,20 +475,24 @@ def _load_identity(identity: Path, address: DeviceAddress) -> paramiko.PKey:
             from None
 
 
-def fetch_host_key(address: DeviceAddress, timeout: float = CONNECT_TIMEOUT_S
+def fetch_host_key(address: DeviceAddress, timeouts: Timeouts | None = None
                    ) -> tuple[str, str, str]:
     """The key the device presents (type, base64, fingerprint), without authenticating."""
+    timeouts = timeouts or Timeouts().with_env()
     try:
-        sock = socket.create_connection((address.host, address.port), timeout=timeout)
+        sock = socket.create_connection((address.host, address.port),
+                                        timeout=timeouts.connect_s)
     except OSError as exc:
-        raise DeviceUnreachable(f"cannot connect: {exc}", where=str(address)) from None
+        raise DeviceUnreachable(f"connect: {_reason(exc)}", where=str(address)) from None
     transport = paramiko.Transport(sock)
+    transport.banner_timeout = timeouts.banner_s
     try:
-        transport.start_client(timeout=timeout)
+        transport.start_client(timeout=timeouts.banner_s + timeouts.auth_s)
         key = transport.get_remote_server_key()
         return key.get_name(), key.get_base64(), fingerprint(key)
     except (paramiko.SSHException, EOFError, OSError) as exc:
-        raise DeviceUnreachable(f"no SSH server answered: {exc}", where=str(address)) from None
+        raise DeviceUnreachable(f"{_handshake_step(transport)}: no SSH server answered "
+                                f"({_reason(exc)})", where=str(address)) from None
     finally:
         transport.close()
 

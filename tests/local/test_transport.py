@@ -2,16 +2,20 @@
 same typed errors as over SSH."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from edgekit.config.timeouts import Timeouts
 from edgekit.device.probe import probe
 from edgekit.errors import DeviceUnreachable, RemoteCommandFailed
 from edgekit.transport import open_device
 from edgekit.transport.local import LocalTransport
 
 pytestmark = pytest.mark.local
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_commands_run_as_real_processes_in_the_devices_home(make_device):
@@ -79,3 +83,35 @@ def test_both_transports_have_every_operation_of_the_protocol():
             mine = inspect.signature(getattr(cls, name))
             assert list(mine.parameters) == list(signature.parameters), (cls, name)
         assert isinstance(getattr(cls, "where"), property)
+
+
+# Peak RSS from VmHWM: getrusage's ru_maxrss survives exec, so in a child of pytest it would
+# report pytest's own peak.
+FLOOD = """
+import re, sys
+from pathlib import Path
+from edgekit.transport.local import LocalTransport
+result = LocalTransport(Path(sys.argv[1])).run(
+    ["sh", "-c", "head -c 300000000 /dev/zero; echo last line; echo err >&2"])
+peak_kib = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text())[1])
+print(len(result.stdout), result.stdout_cut, peak_kib // 1024,
+      result.stdout.endswith(b"last line\\n"))
+"""
+
+
+def test_a_command_printing_300_mb_costs_edgekit_a_few_mib_and_says_what_was_cut(make_device):
+    """Measured in a process of its own (its peak RSS is what the flood cost)."""
+    device = make_device()
+    proc = subprocess.run([sys.executable, "-c", FLOOD, str(device.root)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    kept, cut, rss_mib, tail_kept = proc.stdout.split()
+    assert int(kept) < 3 << 20 and int(cut) > 290_000_000 and tail_kept == "True"
+    assert int(rss_mib) < 150, f"peak RSS {rss_mib} MiB for 300 MB of output"
+
+
+def test_commands_get_the_transports_default_deadline(tmp_path):
+    device = LocalTransport(tmp_path, timeouts=Timeouts(command_s=1))
+    with pytest.raises(RemoteCommandFailed, match="timed out after 1 s") as err:
+        device.run(["sleep", "30"])
+    assert err.value.returncode == 124
