@@ -24,6 +24,7 @@ class DeployOptions:
     identity: Path | None = None
     keep: int = 3                   # releases kept on the device (current included)
     use_cache: bool = True
+    trust_pickle: bool = False      # the recipe's .pt2 may be unpickled (`--trust-pickle`)
 
 
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
@@ -46,7 +47,8 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
         if on_stage:
             on_stage("build")
         bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
-                                    use_cache=options.use_cache)).bundle
+                                    use_cache=options.use_cache,
+                                    trust_pickle=options.trust_pickle)).bundle
     with open_device(options.host, options.identity) as conn:
         return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
                              hooks=bundle.manifest.hooks)

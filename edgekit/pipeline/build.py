@@ -79,6 +79,7 @@ class BuildOptions:
     variant: Variant | None = None  # build this lowering + flag set instead (tune's candidates)
     steer: Steer | None = None      # what earlier tune/check runs learned (see Steering)
     quantize: str | None = None     # "none" or a mode: overrides the recipe's `quantize:` mode
+    trust_pickle: bool = False      # load the recipe's .pt2 (`--trust-pickle`): it is unpickled
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     """Build (or fetch from the cache) the bundle for a recipe and target profile."""
     started = time.perf_counter()
     recipe = with_quantize_mode(load_recipe(options.recipe), options.quantize)
+    if options.trust_pickle:
+        recipe = recipe.trusting_pickle()
     target = load_target(options.target)
     out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
