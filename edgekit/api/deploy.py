@@ -3,6 +3,7 @@ first, shipped to one device through the device layer's checked order."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from edgekit.config.devices import resolve_device
 from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import load_bundle
+from edgekit.pipeline.publish import private_copy
 from edgekit.transport import open_device
 
 
@@ -39,19 +41,27 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
                           hint="edgekit targets list")
     if local_root(options.host) is None:
         resolve_device(options.host, options.identity)   # a bad name or key fails before a build
-    if options.bundle is not None:
-        bundle = load_bundle(options.bundle)
+    # The deploy ships its own copy of the bundle: another build or deploy from this working
+    # directory may publish build/<app>-<target> again while this one uploads (publish.py).
+    if options.bundle is not None and Path(options.bundle).is_dir():
+        bundle = load_bundle(private_copy(Path(options.bundle)))
+    elif options.bundle is not None:
+        bundle = load_bundle(options.bundle)       # a .tar: extracted to a private directory
     else:
         # imported here: a prebuilt bundle deploys without torch or the compiler installed
         from edgekit.api.build import BuildOptions, build
         if on_stage:
             on_stage("build")
         bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
-                                    use_cache=options.use_cache,
+                                    use_cache=options.use_cache, private=True,
                                     trust_pickle=options.trust_pickle)).bundle
-    with open_device(options.host, options.identity) as conn:
-        return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
-                             hooks=bundle.manifest.hooks)
+    try:
+        with open_device(options.host, options.identity) as conn:
+            return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
+                                 hooks=bundle.manifest.hooks)
+    finally:
+        if options.bundle is None or Path(options.bundle).is_dir():
+            shutil.rmtree(bundle.path.parent, ignore_errors=True)
 
 
 __all__ = ["DeployOptions", "DeployResult", "deploy"]

@@ -9,6 +9,7 @@ graphs (compile/backend.py) go through it and through the same key.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import tempfile
 import time
@@ -27,6 +28,7 @@ from edgekit.pipeline.load import LoadedModel
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
                                     import_module, lower_and_compile)
 from edgekit.pipeline.package import BundleIdentity, package_bundle
+from edgekit.pipeline.publish import output_lock, publish, staging_dir
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
@@ -79,6 +81,8 @@ class BuildOptions:
     variant: Variant | None = None  # build this lowering + flag set instead (tune's candidates)
     steer: Steer | None = None      # what earlier tune/check runs learned (see Steering)
     quantize: str | None = None     # "none" or a mode: overrides the recipe's `quantize:` mode
+    private: bool = False           # the bundle goes to a new temporary directory, not `out`
+                                    # (deploy: its own copy); the caller removes its parent
     trust_pickle: bool = False      # load the recipe's .pt2 (`--trust-pickle`): it is unpickled
 
 
@@ -167,13 +171,14 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         if entry is None:
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
             entry = cache.store(key, bundle.path, replace=not options.use_cache)
-        _publish(entry, out)
-        _record_tuning(out, tuning)
+        if options.private:
+            out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
+        _publish(entry, out, tuning)
     finally:
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
     bundle = load_bundle(out)
-    tar = write_tar(out, out.parent / f"{out.name}.tar") if options.tar else None
+    tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
                        stage_seconds=timings, tar=tar)
 
@@ -227,16 +232,22 @@ def _record_tuning(out: Path, tuning: TuningNote | None) -> None:
         write_manifest(out, m.model_copy(update={"tuning": tuning, "runtime_driver": driver}))
 
 
-def _publish(entry: Path, out: Path) -> None:
-    """Copy the cached bundle to `out`, replacing what was there only once the copy is whole."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    shutil.copytree(entry, staging, dirs_exist_ok=True)
-    if out.exists():
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-        staging.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        staging.rename(out)
+def _publish(entry: Path, out: Path, tuning: TuningNote | None) -> None:
+    """Copy the cached bundle beside `out`, finish it there (tuning note), then publish it
+    whole: readers of `out` see the old bundle or the new one, never a mix (publish.py)."""
+    staging = staging_dir(out)
+    try:
+        shutil.copytree(entry, staging, dirs_exist_ok=True)
+        _record_tuning(staging, tuning)
+        publish(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)   # gone already when published
+
+
+def _write_tar(out: Path) -> Path:
+    archive = out.parent / f"{out.name}.tar"
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-tar-", dir=out.parent) as tmp:
+        with output_lock(out, shared=True):
+            write_tar(out, Path(tmp) / archive.name)
+        os.replace(Path(tmp) / archive.name, archive)
+    return archive
