@@ -144,7 +144,9 @@ class Quantize(Frozen):
     def _shorthand(cls, value):
         value = {"mode": value} if isinstance(value, str) else value
         if isinstance(value, dict) and value.get("weights") is None:
-            default = {"int8": "per-channel", "int8-weights": "per-tensor"}.get(value.get("mode"))
+            mode = value.get("mode")
+            default = {"int8": "per-channel", "int8-weights": "per-tensor"}.get(mode) \
+                if isinstance(mode, str) else None
             value = {**value, "weights": default}
         return value
 

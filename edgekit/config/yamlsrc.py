@@ -76,8 +76,9 @@ def load_yaml(path: Path) -> YamlDoc:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
         raise _yaml_error(path, exc) from None
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-        # a value its tag cannot construct, e.g. `!!int abc` or a 5000-digit integer
+    except Exception as exc:  # noqa: BLE001 — PyYAML's constructors raise what they meet
+        # a value its (plain) tag cannot construct: `!!int abc` (ValueError), a 5000-digit
+        # integer (ValueError), `!!timestamp 2026-13-45` (AttributeError), …
         raise ConfigError(f"invalid YAML value: {_one_line(str(exc)) or type(exc).__name__}",
                           where=f"{path}:1") from None
     return YamlDoc(path, data, lines)
