@@ -3,6 +3,7 @@ first, shipped to one device through the device layer's checked order."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from edgekit.config.timeouts import Timeouts, resolve_timeouts
 from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import load_bundle
+from edgekit.pipeline.publish import private_copy
 from edgekit.transport import open_device
 
 
@@ -29,6 +31,7 @@ class DeployOptions:
     use_cache: bool = True
     allow_unsigned: bool = False    # the user's opt-out of the signature check (journaled)
     timeouts: Timeouts | None = None   # default: the target profile's, the recipe's, then env
+    trust_pickle: bool = False      # the recipe's .pt2 may be unpickled (`--trust-pickle`)
 
 
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
@@ -44,18 +47,28 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if local_root(options.host) is None:
         resolve_device(options.host, options.identity)   # a bad name or key fails before a build
     timeouts = deploy_timeouts(options)
-    if options.bundle is not None:
-        bundle = load_bundle(options.bundle)
+    # The deploy ships its own copy of the bundle: another build or deploy from this working
+    # directory may publish build/<app>-<target> again while this one uploads (publish.py).
+    if options.bundle is not None and Path(options.bundle).is_dir():
+        bundle = load_bundle(private_copy(Path(options.bundle)))
+    elif options.bundle is not None:
+        bundle = load_bundle(options.bundle)       # a .tar: extracted to a private directory
     else:
         # imported here: a prebuilt bundle deploys without torch or the compiler installed
         from edgekit.api.build import BuildOptions, build
         if on_stage:
             on_stage("build")
         bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
-                                    use_cache=options.use_cache)).bundle
-    with open_device(options.host, options.identity, timeouts) as conn:
-        return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
-                             hooks=bundle.manifest.hooks, allow_unsigned=options.allow_unsigned)
+                                    use_cache=options.use_cache, private=True,
+                                    trust_pickle=options.trust_pickle)).bundle
+    try:
+        with open_device(options.host, options.identity, timeouts) as conn:
+            return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
+                                 hooks=bundle.manifest.hooks,
+                                 allow_unsigned=options.allow_unsigned)
+    finally:
+        if options.bundle is None or Path(options.bundle).is_dir():
+            shutil.rmtree(bundle.path.parent, ignore_errors=True)
 
 
 def deploy_timeouts(options: DeployOptions) -> Timeouts:

@@ -98,6 +98,9 @@ def cli(debug: bool) -> None:
     """Take a PyTorch model to edge devices and prove it runs there, correctly and fast."""
 
 
+TRUST_PICKLE = click.option("--trust-pickle", is_flag=True,
+                            help="load a .pt2 model although torch.export.load unpickles it "
+                                 "(it can run code): only for files you made or trust")
 IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
                         help="private key [default: the registered device's, else ~/.ssh/id_*]")
 HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"
@@ -122,16 +125,17 @@ ALLOW_UNSIGNED = click.option(
 @click.option("--host", help="with --compare-quantization: validate and time the variants on "
               "this device (never activated, removed afterwards)")
 @IDENTITY
+@TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool,
           no_tuned: bool, compare_quantization: bool, host: str | None, identity: Path | None,
-          as_json: bool) -> None:
+          trust_pickle: bool, as_json: bool) -> None:
     """Build a deployable bundle for a target from a recipe."""
     from edgekit.errors import ConfigError
     from edgekit.api.build import BuildOptions, build as run_build
     options = BuildOptions(recipe=recipe, target=target, out=out, use_cache=not no_cache, tar=tar,
-                           use_tuned=not no_tuned)
+                           use_tuned=not no_tuned, trust_pickle=trust_pickle)
     if host and not compare_quantization:
         raise ConfigError("--host goes with --compare-quantization (to deploy, use "
                           "`edgekit deploy`)", key="host")
@@ -248,14 +252,15 @@ def schema(kind: str) -> None:
 @cli.command()
 @click.argument("model")
 @click.option("--target", default="host", show_default=True, help="target profile")
+@TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def check(model: str, target: str, as_json: bool) -> None:
+def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
     """Which operators of MODEL (.onnx, .pt2, recipe .yaml or module:factory) make it through
     import, TOSA, Linalg and the target's compiler. Exit 0 when the model can be built."""
     from edgekit.pipeline.check import run_check
     with render.err.status("checking operators…"):
-        report = run_check(model, target)
+        report = run_check(model, target, trust_pickle=trust_pickle)
     if as_json:
         from dataclasses import asdict
         render.emit_json({**asdict(report), "buildable": report.buildable})
@@ -276,17 +281,19 @@ def check(model: str, target: str, as_json: bool) -> None:
 @click.option("--keep", default=3, show_default=True, help="releases kept on the device")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
 @ALLOW_UNSIGNED
+@TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
+           trust_pickle: bool,
            as_json: bool) -> None:
     """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
     first; check the device, upload, validate on the device, then activate."""
     from edgekit.api.deploy import DeployOptions, deploy as run_deploy
     options = DeployOptions(host=host, bundle=bundle, recipe=recipe, target=target,
                             identity=identity, keep=keep, use_cache=not no_cache,
-                            allow_unsigned=allow_unsigned)
+                            allow_unsigned=allow_unsigned, trust_pickle=trust_pickle)
     try:
         if as_json:
             result = run_deploy(options)

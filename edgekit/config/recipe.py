@@ -30,6 +30,12 @@ class ModelSource(Frozen):
         description="'package.module:factory' or 'file.py:factory' (relative to the recipe); the "
                     "factory returns an nn.Module or (nn.Module, example_inputs)")
     exported: str | None = pydantic.Field(default=None, description="path to a .pt2 file")
+    # not part of what a build makes (excluded from dumps, so from cache keys and release ids)
+    trust_pickle: bool = pydantic.Field(
+        default=False, exclude=True,
+        description="load the `exported` .pt2 although torch.export.load unpickles it (which "
+                    "can run any code the file holds): only for files you made or trust; "
+                    "also `--trust-pickle`")
     onnx: str | None = pydantic.Field(default=None, description="path to an .onnx file")
 
     @pydantic.model_validator(mode="after")
@@ -38,6 +44,8 @@ class ModelSource(Frozen):
         if len(given) != 1:
             raise ValueError("give exactly one of `python: module:factory`, `exported: file.pt2` "
                              "or `onnx: model.onnx`")
+        if self.trust_pickle and not self.exported:
+            raise ValueError("`trust_pickle` is for an `exported: file.pt2` model")
         if self.python and ":" not in self.python:
             raise ValueError("`python` must look like 'package.module:factory' or "
                              "'file.py:factory'")
@@ -137,7 +145,9 @@ class Quantize(Frozen):
     def _shorthand(cls, value):
         value = {"mode": value} if isinstance(value, str) else value
         if isinstance(value, dict) and value.get("weights") is None:
-            default = {"int8": "per-channel", "int8-weights": "per-tensor"}.get(value.get("mode"))
+            mode = value.get("mode")
+            default = {"int8": "per-channel", "int8-weights": "per-tensor"}.get(mode) \
+                if isinstance(mode, str) else None
             value = {**value, "weights": default}
         return value
 
@@ -213,6 +223,13 @@ class Recipe(Frozen):
     def path(self) -> Path:
         """The recipe file this came from (relative paths in it are relative to its folder)."""
         return self._path
+
+    def trusting_pickle(self) -> "Recipe":
+        """The recipe with its .pt2 trusted (`--trust-pickle`); unchanged for other sources."""
+        if not self.model.exported:
+            return self
+        return self.model_copy(update={"model": self.model.model_copy(
+            update={"trust_pickle": True})})
 
     def resolve(self, relative: str) -> Path:
         """A path written in the recipe, relative to the recipe's directory."""

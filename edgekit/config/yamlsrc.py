@@ -40,8 +40,17 @@ class YamlDoc:
         return f"{self.path}:1"
 
 
+# Plain data only: the tags the safe loader constructs. Any other (`!!python/object`, `!foo`)
+# is refused with its line before anything is constructed.
+_PLAIN_TAGS = frozenset(tag for tag in yaml.SafeLoader.yaml_constructors if tag)
+# Key paths a document may expand to: aliases share nodes, so a few lines of anchors can stand
+# for billions of them ("billion laughs"); real recipes and fleets have a few hundred.
+MAX_NODES = 100_000
+
+
 def load_yaml(path: Path) -> YamlDoc:
-    """Read `path` with the safe loader; syntax errors and duplicate keys become ConfigError."""
+    """Read `path` with the safe loader; syntax errors, duplicate keys, tags other than plain
+    YAML data and documents too deep or too large become a one-line ConfigError."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -51,32 +60,83 @@ def load_yaml(path: Path) -> YamlDoc:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        raise ConfigError(f"invalid YAML: {exc.problem or exc}", where=f"{path}:{line}") from None
+        raise _yaml_error(path, exc) from None
+    except yaml.YAMLError as exc:  # e.g. a control character (ReaderError)
+        raise ConfigError(f"invalid YAML: {_one_line(str(exc))}", where=f"{path}:1") from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", where=f"{path}:1") from None
     if node is None:
         return YamlDoc(path, {}, {(): f"{path}:1"})
     lines: dict[Loc, str] = {}
-    _index(node, (), lines, path)
-    data = yaml.safe_load(text)
+    try:
+        _index(node, (), lines, path)
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", where=f"{path}:1") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        raise _yaml_error(path, exc) from None
+    except Exception as exc:  # noqa: BLE001 — PyYAML's constructors raise what they meet
+        # a value its (plain) tag cannot construct: `!!int abc` (ValueError), a 5000-digit
+        # integer (ValueError), `!!timestamp 2026-13-45` (AttributeError), …
+        raise ConfigError(f"invalid YAML value: {_one_line(str(exc)) or type(exc).__name__}",
+                          where=f"{path}:1") from None
     return YamlDoc(path, data, lines)
 
 
+def _yaml_error(path: Path, exc: yaml.MarkedYAMLError) -> ConfigError:
+    mark = exc.problem_mark or exc.context_mark
+    line = mark.line + 1 if mark else 1
+    return ConfigError(f"invalid YAML: {_one_line(exc.problem or str(exc))}",
+                       where=f"{path}:{line}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _show(tag: str) -> str:
+    return tag.replace("tag:yaml.org,2002:", "!!")
+
+
 def _index(node: yaml.Node, loc: Loc, lines: dict[Loc, str], path: Path) -> None:
-    lines.setdefault(loc, f"{path}:{node.start_mark.line + 1}")
+    line = node.start_mark.line + 1
+    if node.tag not in _PLAIN_TAGS:
+        raise ConfigError(f"YAML tag '{_show(node.tag)}' is not allowed (only plain data: "
+                          "mappings, lists, strings, numbers, booleans, null)",
+                          where=f"{path}:{line}", key=_key_text(loc))
+    if len(lines) > MAX_NODES:
+        raise ConfigError(f"the document expands to more than {MAX_NODES} values (YAML "
+                          "aliases?)", where=f"{path}:{line}")
+    lines.setdefault(loc, f"{path}:{line}")
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError("a key must be a plain value, not a list or mapping",
+                                  where=f"{path}:{key_node.start_mark.line + 1}",
+                                  key=_key_text(loc))
+            if key_node.tag not in _PLAIN_TAGS:
+                raise ConfigError(f"YAML tag '{_show(key_node.tag)}' is not allowed",
+                                  where=f"{path}:{key_node.start_mark.line + 1}",
+                                  key=_key_text(loc))
             key = key_node.value
             if key in seen:
                 raise ConfigError("duplicate key", where=f"{path}:{key_node.start_mark.line + 1}",
-                                  key=".".join(map(str, loc + (key,))))
+                                  key=_key_text(loc + (key,)))
             seen.add(key)
             lines[loc + (key,)] = f"{path}:{key_node.start_mark.line + 1}"
             _index(value_node, loc + (key,), lines, path)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _index(item, loc + (i,), lines, path)
+
+
+def _key_text(loc: Loc) -> str | None:
+    """A key path for a message: dotted, control characters escaped (one line)."""
+    text = ".".join(map(str, loc))
+    return (text.encode("unicode_escape").decode("ascii") if not text.isprintable()
+            else text) or None
 
 
 def validate(doc: YamlDoc, model: type[M], data: Any = None, context: dict | None = None) -> M:
@@ -93,23 +153,31 @@ def validate(doc: YamlDoc, model: type[M], data: Any = None, context: dict | Non
 def _to_config_error(doc: YamlDoc, model: type[pydantic.BaseModel], err: dict,
                      more: int) -> ConfigError:
     loc: Loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
-    key = ".".join(map(str, loc)) or None
+    key = _key_text(loc)
     hint = None
     if err["type"] == "extra_forbidden":
         allowed = _fields_at(model, loc[:-1])
         what = "unknown key"
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1) if loc else []
         hint = (f"did you mean '{close[0]}'? " if close else "") + \
             f"expected one of: {', '.join(allowed)}"
     elif err["type"] == "missing":
         what = "required key is missing"
     else:
-        what = err["msg"].removeprefix("Value error, ")
+        what = _one_line(err["msg"].removeprefix("Value error, "))
         if "input" in err and not isinstance(err["input"], (dict, list)):
-            what += f" (got {err['input']!r})"
+            what += f" (got {_short_repr(err['input'])})"
     if more:
         what += f" (and {more} more problem{'s' if more > 1 else ''})"
     return ConfigError(what, where=doc.where(loc), key=key, hint=hint)
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit
+        return f"a {type(value).__name__} too large to show"
+    return text if len(text) <= 80 else text[:60] + f"… ({len(text)} characters)"
 
 
 def _is_union_tag(part: str | int) -> bool:

@@ -11,10 +11,15 @@ run the golden inputs, compare the outputs on the controller with `edgekit fleet
 check-outputs`, activate, run the hooks; any failure puts the previous release back on that
 device (block/rescue). The latency gate and the rollback of other devices on a halt stay
 with `edgekit fleet update`. Host keys: the playbook trusts only edgekit's pinned keys.
+
+Nothing from the fleet or recipe files is evaluated by Ansible: the inventory is YAML (each
+value one quoted scalar; identity paths are plain path characters) and hook commands are
+written `!unsafe`, so Jinja in them reaches the device's shell as text.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -37,6 +42,7 @@ from edgekit.fleet.waves import plan_waves
 from edgekit.models.bundle import MANIFEST, Bundle
 from edgekit.toolchain.signing import trusted_signers
 from edgekit.config.address import parse_address, safe_name
+from edgekit.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -82,21 +88,22 @@ def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
     shutil.copyfile(trusted_signers(), files / "allowed_signers")   # what verify.sh trusts
 
     waves = plan_waves(fleet.devices, lambda d: d.target, policy.canary, policy.waves)
-    inventory = out / "inventory.ini"
-    lines = []
+    groups = {}
     for number, wave in enumerate(waves, start=1):
-        lines.append(f"[edgekit_wave_{number}]")
+        hosts = {}
         for d in wave:
             address = parse_address(d.address)
             release, folder = releases[d.target]
-            lines.append(f"{d.name} ansible_host={address.host} ansible_port={address.port} "
-                         f"ansible_user={address.user} ansible_ssh_private_key_file="
-                         f"{d.identity} edgekit_release={release} edgekit_release_src="
-                         f"{folder}")
-        lines.append("")
-    lines += ["[edgekit_fleet:children]", *[f"edgekit_wave_{n}" for n in
-                                            range(1, len(waves) + 1)], ""]
-    inventory.write_text("\n".join(lines))
+            hosts[safe_name(d.name, "device")] = {
+                "ansible_host": address.host, "ansible_port": address.port,
+                "ansible_user": address.user,
+                "ansible_ssh_private_key_file": _inventory_identity(d, fleet.source),
+                "edgekit_release": release, "edgekit_release_src": folder}
+        groups[f"edgekit_wave_{number}"] = {"hosts": hosts}
+    inventory = out / "inventory.yml"
+    # YAML, not INI: every value is one quoted scalar, so none can add a variable
+    inventory.write_text("# written by `edgekit fleet export-ansible`\n" + yaml.safe_dump(
+        {"all": {"children": {"edgekit_fleet": {"children": groups}}}}, sort_keys=False))
     (out / "ansible.cfg").write_text(
         "[defaults]\n"
         f"inventory = {inventory.name}\n"
@@ -115,8 +122,35 @@ def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
              for number, wave in enumerate(waves, start=1)]
     playbook.write_text(f"# edgekit rollout of {recipe.name}: {len(waves)} wave(s), written by "
                         "`edgekit fleet export-ansible`\n" +
-                        yaml.safe_dump(plays, sort_keys=False, width=100))
+                        yaml.dump(plays, Dumper=_PlaybookDumper, sort_keys=False, width=100))
     return AnsibleExport(out, playbook, inventory)
+
+
+# An identity path goes into the inventory, whose values Ansible templates: plain path
+# characters only, so it can neither add a variable nor hold a Jinja expression.
+_PLAIN_PATH = re.compile(r"^[A-Za-z0-9._/~+@-][A-Za-z0-9._/~+@:,-]*$")
+
+
+def _inventory_identity(device, source: str) -> str:
+    if not _PLAIN_PATH.match(device.identity):
+        raise ConfigError(f"identity {device.identity!r} cannot be written to an Ansible "
+                          "inventory", where=source, key=f"devices.{device.name}.identity",
+                          hint="use a key path of letters, digits and . _ - / ~ + @ : , "
+                               "(no spaces, '=', quotes or braces)")
+    return device.identity
+
+
+class Unsafe(str):
+    """A string Ansible must not template (written with the `!unsafe` tag): hook commands
+    come from recipe and fleet files, and Jinja in them would run on the controller."""
+
+
+class _PlaybookDumper(yaml.SafeDumper):
+    pass
+
+
+_PlaybookDumper.add_representer(
+    Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value)))
 
 
 def _write_release(bundle, into: Path) -> None:
@@ -181,7 +215,7 @@ def _play(app: str, number: int, size: int, max_fail, hooks, version: str) -> di
     for name, command in (("after_activate", hooks.after_activate), ("health", hooks.health)):
         if command:
             steps.append({"name": f"{name} hook", "ansible.builtin.shell":
-                          {"cmd": command, **sh}, "environment": hook_env,
+                          {"cmd": Unsafe(command), **sh}, "environment": hook_env,
                           "timeout": int(hooks.timeout_s)})
     rescue = [
         {"name": "put the previous release back",

@@ -9,6 +9,7 @@ graphs (compile/backend.py) go through it and through the same key.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import tempfile
 import time
@@ -28,6 +29,7 @@ from edgekit.pipeline.load import LoadedModel
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
                                     import_module, lower_and_compile)
 from edgekit.pipeline.package import BundleIdentity, package_bundle
+from edgekit.pipeline.publish import output_lock, publish, staging_dir
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
@@ -81,6 +83,9 @@ class BuildOptions:
     variant: Variant | None = None  # build this lowering + flag set instead (tune's candidates)
     steer: Steer | None = None      # what earlier tune/check runs learned (see Steering)
     quantize: str | None = None     # "none" or a mode: overrides the recipe's `quantize:` mode
+    private: bool = False           # the bundle goes to a new temporary directory, not `out`
+                                    # (deploy: its own copy); the caller removes its parent
+    trust_pickle: bool = False      # load the recipe's .pt2 (`--trust-pickle`): it is unpickled
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,8 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     """Build (or fetch from the cache) the bundle for a recipe and target profile."""
     started = time.perf_counter()
     recipe = with_quantize_mode(load_recipe(options.recipe), options.quantize)
+    if options.trust_pickle:
+        recipe = recipe.trusting_pickle()
     target = load_target(options.target)
     out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
@@ -166,15 +173,14 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         if entry is None:
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
             entry = cache.store(key, bundle.path, replace=not options.use_cache)
-        _publish(entry, out)
-        _check_published(out, cached, key)
-        if _record_tuning(out, tuning):
-            sign_bundle(out)
+        if options.private:
+            out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
+        _publish(entry, out, tuning, cached, key)
     finally:
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
     bundle = load_bundle(out)
-    tar = write_tar(out, out.parent / f"{out.name}.tar") if options.tar else None
+    tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
                        stage_seconds=timings, tar=tar)
 
@@ -215,17 +221,17 @@ def build_key(origin: dict, target: Target, exported: ExportedModel,
     })
 
 
-def _check_published(out: Path, cached: bool, key: str) -> None:
-    """The published copy is what its signer built, under this cache key (signed in its
+def _check_copy(copy: Path, cached: bool, key: str, entry: Path) -> None:
+    """The copy of cache `entry` is what its signer built, under this cache key (signed in its
     manifest): a cache entry changed after it was stored (another model swapped in with a
     re-hashed manifest, or another signed bundle copied over it) fails here."""
     try:
-        bundle = load_bundle(out)
+        bundle = load_bundle(copy)
         bundle.verify()
-        verify_bundle(out)
+        verify_bundle(copy)
         if bundle.manifest.build_key != key:
             raise BundleError(f"it was built under cache key {bundle.manifest.build_key[:12]}…"
-                              f", not {key[:12]}… (another build)", where=str(out))
+                              f", not {key[:12]}… (another build)", where=str(entry))
     except BundleError as exc:
         if not cached:
             raise
@@ -249,16 +255,26 @@ def _record_tuning(out: Path, tuning: TuningNote | None) -> bool:
     return False
 
 
-def _publish(entry: Path, out: Path) -> None:
-    """Copy the cached bundle to `out`, replacing what was there only once the copy is whole."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    shutil.copytree(entry, staging, dirs_exist_ok=True)
-    if out.exists():
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-        staging.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        staging.rename(out)
+def _publish(entry: Path, out: Path, tuning: TuningNote | None, cached: bool,
+             key: str) -> None:
+    """Copy the cached bundle beside `out`, check it is what was built, finish it there (the
+    tuning note, signed again), then publish it whole: readers of `out` see the old bundle or
+    the new one, never a mix (publish.py)."""
+    staging = staging_dir(out)
+    try:
+        shutil.copytree(entry, staging, dirs_exist_ok=True)
+        _check_copy(staging, cached, key, entry)
+        if _record_tuning(staging, tuning):
+            sign_bundle(staging)
+        publish(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)   # gone already when published
+
+
+def _write_tar(out: Path) -> Path:
+    archive = out.parent / f"{out.name}.tar"
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-tar-", dir=out.parent) as tmp:
+        with output_lock(out, shared=True):
+            write_tar(out, Path(tmp) / archive.name)
+        os.replace(Path(tmp) / archive.name, archive)
+    return archive

@@ -169,8 +169,10 @@ def fresh_repro_dir(base: Path) -> Path:
 _SOURCE_BY_SUFFIX = {".onnx": "onnx", ".pt2": "exported"}
 
 
-def run_check(model: str, target_name: str = "host", out: Path | None = None) -> CheckReport:
-    """MODEL: an .onnx or .pt2 file, a recipe .yaml, or 'package.module:factory'."""
+def run_check(model: str, target_name: str = "host", out: Path | None = None,
+              trust_pickle: bool = False) -> CheckReport:
+    """MODEL: an .onnx or .pt2 file, a recipe .yaml, or 'package.module:factory'. A .pt2 is
+    loaded only with `trust_pickle` (or the recipe's `model.trust_pickle`): it is unpickled."""
     target = load_target(target_name)
     stem = Path(model.split(":")[0]).stem or "model"
     repro = fresh_repro_dir((out or Path("build")) / f"check-{stem}-{target.name}")
@@ -179,6 +181,8 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None) ->
     else:
         source = _SOURCE_BY_SUFFIX.get(Path(model).suffix, "python")
         recipe = Recipe.model_validate({"name": "check", "model": {source: model}})
+    if trust_pickle:
+        recipe = recipe.trusting_pickle()
     frontend = frontend_for(recipe.model)
     graph, digest = frontend.graph_to_check(recipe)
     return remember(check_graph(frontend, graph, model, target, repro), digest, target)

@@ -7,13 +7,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edgekit.config.recipe import InputSpec, Recipe
-from edgekit.errors import ModelLoadError
+from edgekit.errors import ConfigError, ModelLoadError
 
 if TYPE_CHECKING:
     from edgekit.pipeline.frontends.base import Frontend
@@ -55,18 +57,36 @@ def import_callable(recipe: Recipe, spec: str, what: str):
     return found
 
 
+def read_npz(path: Path, key: str) -> dict[str, np.ndarray]:
+    """Every array of a user's .npz (numbers only: an object array would need pickle, which is
+    never allowed). A file that is no such archive is a ConfigError on the recipe's `key`."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array, not an .npz archive")
+        with data:
+            return {name: np.ascontiguousarray(data[name]) for name in data.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if "allow_pickle" in reason:
+            reason = "it holds an object array (loading it would unpickle code)"
+        raise ConfigError(f"cannot read {path.name}: {reason}", where=str(path), key=key,
+                          hint="save numeric arrays with numpy.savez(path, name=array, ...)") \
+            from None
+
+
 def sample_inputs(recipe: Recipe, examples: tuple[np.ndarray, ...] | None
                   ) -> tuple[np.ndarray, ...]:
     """The golden input set: the recipe's samples file, else random inputs as declared, else
     the model source's example inputs."""
     if recipe.samples:
-        with np.load(recipe.resolve(recipe.samples), allow_pickle=False) as data:
-            names = [s.name for s in recipe.inputs] or list(data.files)
-            missing = [n for n in names if n not in data.files]
-            if missing:
-                raise ModelLoadError(f"samples file lacks inputs {missing} (has {data.files})",
-                                     where=str(recipe.resolve(recipe.samples)))
-            arrays = tuple(np.ascontiguousarray(data[n]) for n in names)
+        data = read_npz(recipe.resolve(recipe.samples), "samples")
+        names = [s.name for s in recipe.inputs] or list(data)
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ModelLoadError(f"samples file lacks inputs {missing} (has {list(data)})",
+                                 where=str(recipe.resolve(recipe.samples)))
+        arrays = tuple(data[n] for n in names)
         for spec, array in zip(recipe.inputs, arrays):
             _check_sample(spec, array, recipe)
         return arrays

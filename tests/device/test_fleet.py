@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 
 from edgekit.fleet.journal import read_events
 from edgekit.lab import devices as lab
@@ -242,9 +243,9 @@ def test_the_exported_ansible_playbook_runs_the_same_gated_rollout(twenty, write
     run = subprocess.run(["ansible-playbook", "rollout.yml"], cwd=out, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:]
-    release = next(line.split("edgekit_release=")[1].split()[0]
-                   for line in (out / "inventory.ini").read_text().splitlines()
-                   if "edgekit_release=" in line)
+    waves = yaml.safe_load((out / "inventory.yml").read_text())["all"]["children"][
+        "edgekit_fleet"]["children"]
+    release = next(iter(waves["edgekit_wave_1"]["hosts"].values()))["edgekit_release"]
     for device in devices:
         assert current_of(device, "fleet-ansible") == release
         assert device.host_path(f"{device.home}/ansible-{release}").is_file()

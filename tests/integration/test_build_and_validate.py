@@ -138,7 +138,8 @@ def test_an_exported_program_file_is_a_model_source(write_recipe, tmp_path):
     model, example = linear_softmax()
     torch.export.save(torch.export.export(model, example), tmp_path / "tiny.pt2")
     np.savez(tmp_path / "samples.npz", x=example[0].numpy())
-    recipe = write_recipe("name: pt2\nmodel:\n  exported: tiny.pt2\nsamples: samples.npz\n")
+    recipe = write_recipe("name: pt2\nmodel:\n  exported: tiny.pt2\n  trust_pickle: true\n"
+                          "samples: samples.npz\n")
     bundle = build(BuildOptions(recipe=recipe, target="host")).bundle
     assert bundle.manifest.inputs[0].name == "x"
     assert validate_local(bundle.path).ok

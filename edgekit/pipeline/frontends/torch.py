@@ -15,7 +15,7 @@ from torch.utils import _pytree as pytree
 
 from edgekit.config.profiles import Target
 from edgekit.config.recipe import Quantize, Recipe
-from edgekit.errors import ModelLoadError
+from edgekit.errors import ConfigError, ModelLoadError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
 from edgekit.pipeline.load import LoadedModel, import_callable, sample_inputs
@@ -34,7 +34,14 @@ class TorchFrontend(Frontend[Program]):
     def load(self, recipe: Recipe) -> LoadedModel:
         source = recipe.model
         if source.exported:
-            model, examples = _load_exported(recipe.resolve(source.exported)), None
+            path = recipe.resolve(source.exported)
+            if not source.trust_pickle:
+                raise ConfigError(
+                    f"refusing to load {path.name}: torch.export.load unpickles it, which can "
+                    "run any code the file holds", where=str(path),
+                    hint="if you made this file or trust its source, add `trust_pickle: true` "
+                         "under `model:` or pass --trust-pickle")
+            model, examples = _load_exported(path), None
         else:
             model, examples = _call_factory(recipe, source.python or "")
         samples = sample_inputs(recipe, examples)

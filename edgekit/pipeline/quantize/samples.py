@@ -47,7 +47,7 @@ def _samples_from(recipe: Recipe, source: str, inputs: tuple[TensorSig, ...],
                   key: str) -> list[Sample]:
     where = f"{recipe.path} (quantize.{key})"
     if source.endswith(".npz"):
-        samples = _from_npz(recipe, source, inputs, where)
+        samples = _from_npz(recipe, source, inputs, where, key)
     else:
         from edgekit.pipeline.load import import_callable
         produce = import_callable(recipe, source, f"quantize.{key}")
@@ -67,14 +67,16 @@ def _samples_from(recipe: Recipe, source: str, inputs: tuple[TensorSig, ...],
     return samples
 
 
-def _from_npz(recipe: Recipe, source: str, inputs: tuple[TensorSig, ...], where: str):
+def _from_npz(recipe: Recipe, source: str, inputs: tuple[TensorSig, ...], where: str,
+              key: str):
+    from edgekit.pipeline.load import read_npz
     path = recipe.resolve(source)
-    with np.load(path, allow_pickle=False) as data:
-        missing = [s.name for s in inputs if s.name not in data.files]
-        if missing:
-            raise ModelLoadError(f"{path.name} lacks inputs {missing} (has {data.files})",
-                                 where=where, hint="one array per model input, keyed by name")
-        arrays = [np.asarray(data[s.name]) for s in inputs]
+    data = read_npz(path, f"quantize.{key}")
+    missing = [s.name for s in inputs if s.name not in data]
+    if missing:
+        raise ModelLoadError(f"{path.name} lacks inputs {missing} (has {list(data)})",
+                             where=where, hint="one array per model input, keyed by name")
+    arrays = [data[s.name] for s in inputs]
     stacked = [a if a.ndim == len(s.shape) + 1 else a[None] for a, s in zip(arrays, inputs)]
     counts = {a.shape[0] for a in stacked}
     if len(counts) != 1:

@@ -1,0 +1,53 @@
+"""Two deploys from one working directory at once: each ships its own whole bundle, whatever
+the other publishes to build/<app>-<target> meanwhile (issue 17, item 10). Real `edgekit`
+processes, started together, several rounds (before the fix: round 0 failed, a good release
+rejected by validation against the other build's golden outputs)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from edgekit.device.deploy import release_id
+from tests.local.conftest import RECIPE, current_of, device_journal
+
+pytestmark = pytest.mark.local
+
+ROUNDS = 3
+
+
+def start(*args: str, cwd) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ.copy())
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, out, err
+
+
+def test_two_deploys_of_one_app_from_one_directory_each_ship_their_own_bundle(tmp_path, v1,
+                                                                              v2):
+    # one app, two versions (other seed): both build to build/kws-mlp-host in this directory
+    work = tmp_path / "work"
+    work.mkdir()
+    v2_recipe = tmp_path / "kws_mlp_v2.yaml"
+    v2_recipe.write_text(RECIPE.read_text().replace("seed: 0", "seed: 1"))
+    expected = {"d1": release_id(v1), "d2": release_id(v2)}
+    for round_ in range(ROUNDS):
+        devices = {name: tmp_path / f"round{round_}" / name for name in expected}
+        for root in devices.values():
+            root.mkdir(parents=True)
+        procs = {name: start("deploy", "--recipe", str(recipe), "--target", "host",
+                             "--host", f"local:{devices[name]}", "--json", cwd=work)
+                 for name, recipe in (("d1", RECIPE), ("d2", v2_recipe))}
+        results = {name: finish(proc) for name, proc in procs.items()}
+        for name, (code, out, err) in results.items():
+            assert code == 0, f"round {round_}, {name}: {err}"
+            assert json.loads(out)["release"] == expected[name]
+            assert current_of(devices[name]) == expected[name]
+            assert [e for e, _ in device_journal(devices[name])].count("rejected") == 0
+
