@@ -38,7 +38,7 @@ from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
                             RemoteCommandFailed, ValidationFailed)
 from edgekit.models.bundle import Bundle, MANIFEST, SIGNATURE, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
-from edgekit.transport.base import Transport
+from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
 
 
@@ -324,6 +324,13 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
         result = conn.run(["sh", f"{shims}/run.sh", runtime, release_dir, out_dir],
                           check=False, timeout=600)
         seconds = time.perf_counter() - started
+        full = out_of_space(space_left(conn, out_dir), 1) if result.returncode != 0 else None
+        if full:   # the outputs had nowhere to go: not the model's fault, nothing to journal
+            raise RemoteCommandFailed(
+                f"validation could not write its outputs: {full}; the release was not "
+                f"activated", where=conn.where, argv=["run.sh", out_dir],
+                returncode=result.returncode, stderr_tail=result.stderr[-3000:].decode(
+                    errors="replace"), hint=SPACE_HINT)
         with tempfile.TemporaryDirectory(prefix="edgekit-outputs-") as tmp:
             comparisons = []
             for i, (sig, golden) in enumerate(zip(m.outputs, m.golden_outputs)):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Self
 
-from edgekit.errors import RemoteCommandFailed
+from edgekit.errors import DeviceError, RemoteCommandFailed
 
 # What a command's stdout and stderr each keep: its head and its tail. Every caller reads a
 # few kB (probe facts, a benchmark's JSON, a hook's last lines); a MiB each way leaves room.
@@ -159,3 +159,38 @@ def file_op_failed(where: str, op: str, paths: Sequence[str], exc: OSError,
     reason = exc.strerror or str(exc) or errnos.errorcode.get(code, type(exc).__name__)
     return RemoteCommandFailed(f"{op} failed: {reason}", where=where, argv=[op, *paths],
                                returncode=code, stderr_tail=reason, hint=hint)
+
+
+SPACE_HINT = ("free space or inodes on the device, then deploy again (the next deploy removes "
+              "what this one left)")
+
+
+def space_left(conn: Transport, remote: str) -> tuple[int, int] | None:
+    """(bytes, inodes) free on the device's filesystem that holds `remote` (or its nearest
+    existing ancestor); None if the device does not say. Used to explain a failed write: an
+    SFTP server reports a full disk, or a filesystem out of inodes, as a bare "Failure"."""
+    parts = remote.rstrip("/").split("/")
+    candidates = ["/".join(parts[:i]) or ("/" if remote.startswith("/") else ".")
+                  for i in range(len(parts), -1, -1)]
+    try:  # coreutils and busybox: free blocks for users, block size, free inodes
+        result = conn.run(["stat", "-f", "-c", "%a %S %d", "--", *candidates], check=False,
+                          timeout=30)
+    except DeviceError:
+        return None
+    for line in result.text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and all(f.isdigit() for f in fields):
+            return int(fields[0]) * int(fields[1]), int(fields[2])
+    return None
+
+
+def out_of_space(free: tuple[int, int] | None, needed: int) -> str | None:
+    """Why a write of `needed` bytes failed, if the filesystem is full; None otherwise."""
+    if free is None:
+        return None
+    free_bytes, free_inodes = free
+    if free_inodes == 0:
+        return "no free inodes left on the device"
+    if free_bytes < max(needed, 1):
+        return f"no space left on the device ({free_bytes // 1024} KiB free)"
+    return None

@@ -13,6 +13,7 @@ identity is an explicit key file: no agent, no key search, no agent forwarding.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import logging
 import random
@@ -34,7 +35,8 @@ from edgekit.config.timeouts import Timeouts
 from edgekit.errors import (AuthFailed, DeviceError, DeviceUnreachable, HostKeyChanged,
                             HostKeyUnknown, RemoteCommandFailed)
 from edgekit.config.address import DeviceAddress
-from edgekit.transport.base import (BoundedOutput, RemoteEntry, RemoteResult, file_op_failed,
+from edgekit.transport.base import (SPACE_HINT, BoundedOutput, RemoteEntry, RemoteResult,
+                                    file_op_failed, out_of_space, space_left,
                                     short_command)
 
 # A refused or dropped connection is retried (sshd restarting, or over its MaxStartups: it
@@ -224,8 +226,10 @@ class Connection:
         """Upload a file; returns bytes sent (SFTP confirms the size)."""
         def upload(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
             sftp.put(str(local), remote, callback=kick, confirm=True)
-        self._sftp_do(f"upload of {remote}", "upload", [str(local), remote], upload)
-        return local.stat().st_size
+        size = local.stat().st_size
+        self._sftp_do(f"upload of {remote}", "upload", [str(local), remote], upload,
+                      writes=size)
+        return size
 
     def get(self, remote: str, local: Path) -> None:
         def download(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
@@ -242,7 +246,7 @@ class Connection:
         def append(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
             with sftp.open(remote, "a") as f:
                 f.write(text.encode())
-        self._sftp_do(f"append to {remote}", "append", [remote], append)
+        self._sftp_do(f"append to {remote}", "append", [remote], append, writes=len(text))
 
     def readlink(self, remote: str) -> str | None:
         return self._sftp_do(f"readlink of {remote}", "readlink", [remote],
@@ -267,7 +271,7 @@ class Connection:
                 except FileNotFoundError:
                     sftp.mkdir(current)
                 kick()
-        self._sftp_do(f"mkdir of {remote}", "mkdir", [remote], make)
+        self._sftp_do(f"mkdir of {remote}", "mkdir", [remote], make, writes=1)
 
     def rename(self, old: str, new: str) -> None:
         self._sftp_do(f"rename of {old}", "rename", [old, new],
@@ -279,9 +283,10 @@ class Connection:
 
     def _sftp_do(self, step: str, op: str, paths: list[str],
                  action: Callable[[paramiko.SFTPClient, Callable[..., None]], T],
-                 *, none_if_absent: bool = False) -> T | None:
+                 *, none_if_absent: bool = False, writes: int | None = None) -> T | None:
         """Run one SFTP action under the `sftp_s` deadline (`kick` restarts it on progress),
-        translating what it raises (see transport.base)."""
+        translating what it raises (see transport.base). `writes`: the bytes the action
+        writes (None: it writes nothing), to tell a full filesystem from other failures."""
         self._check_usable()
         try:
             with self._watchdog.step(self._sftp_stall(step)) as kick:
@@ -298,6 +303,14 @@ class Connection:
         except OSError as exc:
             if self._watchdog.expired or not self._alive():
                 raise self._lost(step, _reason(exc)) from None
+            # sftp-server says "Failure" for ENOSPC, paramiko "size mismatch in put!" for a
+            # short write: ask the device whether its filesystem is full
+            full = None if writes is None else \
+                out_of_space(space_left(self, paths[-1]), writes)
+            if full:
+                raise file_op_failed(self.where, op, paths,
+                                     OSError(errno.ENOSPC, f"{full} ({paths[-1]})"),
+                                     hint=SPACE_HINT) from None
             raise file_op_failed(self.where, op, paths, exc) from None
 
     def _open_sftp(self) -> paramiko.SFTPClient:

@@ -209,19 +209,32 @@ def test_a_hanging_health_hook_is_killed_on_the_device_and_the_old_release_resto
 
 # --- disk full ----------------------------------------------------------------------------------
 
-@pytest.fixture
-def small_disk(device):
-    """A 4 MiB tmpfs mounted over the device user's app directory (unmounted afterwards)."""
+def tmpfs_over_apps(device, limit: str):
+    """A tmpfs (`limit`: its size= or nr_inodes= option) mounted over the device user's apps
+    directory, owned by that user (unmounted afterwards)."""
     apps = device.app_dir.parent
     owner = device.app_dir.parents[2].stat()   # the device user's home
-    subprocess.run(["install", "-d", "-o", str(owner.st_uid), "-g", str(owner.st_gid),
-                    str(apps)], check=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=4m,uid={owner.st_uid},"
+    for folder in (apps.parent, apps):   # each the user's own, also on a fresh device
+        subprocess.run(["install", "-d", "-o", str(owner.st_uid), "-g", str(owner.st_gid),
+                        str(folder)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"{limit},uid={owner.st_uid},"
                     f"gid={owner.st_gid},mode=0755", "tmpfs", str(apps)], check=True)
     try:
         yield apps
     finally:
         subprocess.run(["umount", "-l", str(apps)], check=False)
+
+
+@pytest.fixture
+def small_disk(device):
+    """4 MiB for the device's apps."""
+    yield from tmpfs_over_apps(device, "size=4m")
+
+
+@pytest.fixture
+def few_inodes(device):
+    """200 inodes (files, directories, links) for the device's apps, bytes to spare."""
+    yield from tmpfs_over_apps(device, "size=64m,nr_inodes=200")
 
 
 def fill(folder: Path, leave_bytes: int) -> Path:
@@ -250,7 +263,8 @@ def test_a_disk_full_during_upload_is_one_typed_line_and_the_next_deploy_cleans_
     filler = fill(small_disk, 8 * PAGE)   # less than the module
     proc = deploy(bundles["v2"], fault_device)
     assert proc.returncode in (10, 15), proc.stderr
-    assert "upload" in one_line_error(proc)
+    line = one_line_error(proc)
+    assert "upload" in line and "no space left on the device" in line, line
     assert device.current() == old and device.complete(old)
     filler.unlink()
     assert deploy(bundles["v2"], fault_device).returncode == 0
@@ -270,6 +284,39 @@ def test_a_disk_full_after_the_upload_is_one_typed_line_and_leaves_no_unvalidate
     assert device.current() == old and device.complete(old)
     assert new not in device.releases()
     filler.unlink()
+    assert deploy(bundles["v2"], fault_device).returncode == 0
+    assert device.current() == new and device.scratch() == []
+    assert device.releases() == {old, new}
+
+
+# --- inodes exhausted ---------------------------------------------------------------------------
+
+def use_inodes(folder: Path, leave: int) -> Path:
+    """Empty files in `folder`/inodes until only `leave` inodes are free on its filesystem."""
+    fillers = folder / "inodes"
+    fillers.mkdir()
+    for i in range(max(0, os.statvfs(folder).f_favail - leave)):
+        (fillers / str(i)).touch()
+    assert os.statvfs(folder).f_favail == leave
+    return fillers
+
+
+# a release is 10 inodes (its directory, golden/, 8 files), the in-flight marker one more,
+# validation two (its directory, an output)
+@pytest.mark.parametrize("leave, step", [(1, "mkdir"), (5, "upload"), (10, "validation")],
+                         ids=["staging", "mid-upload", "validation"])
+def test_inodes_exhausted_during_a_deploy_are_one_typed_line_and_the_next_deploy_cleans_up(
+        bundles, device, fault_device, few_inodes, leave, step):
+    old, new = release_of(bundles["v1"]), release_of(bundles["v2"])
+    assert deploy(bundles["v1"], fault_device).returncode == 0
+    fillers = use_inodes(few_inodes, leave)
+    proc = deploy(bundles["v2"], fault_device)
+    assert proc.returncode == 15, proc.stderr
+    line = one_line_error(proc)
+    assert step in line and "no free inodes left on the device" in line, line
+    assert device.current() == old and device.complete(old)
+    assert new not in device.releases() and ("rejected", new) not in device.journal()
+    shutil.rmtree(fillers)
     assert deploy(bundles["v2"], fault_device).returncode == 0
     assert device.current() == new and device.scratch() == []
     assert device.releases() == {old, new}
