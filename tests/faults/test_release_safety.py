@@ -18,6 +18,7 @@ from edgekit.api.build import BuildOptions, build
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = (REPO / "recipes" / "kws_mlp.yaml").read_text()
 PAGE = 4096
+FLOOD = "yes | head -c 300000000; yes no | head -c 300000000 >&2; echo last words >&2"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,12 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
                "v2-slow-hook": RECIPE.replace("seed: 0", "seed: 4")
                + "hooks: {after_activate: 'sleep 4'}\n",
                "v2-unhealthy": RECIPE.replace("seed: 0", "seed: 4")
-               + "hooks: {health: 'sleep 2; exit 1'}\n"}
+               + "hooks: {health: 'sleep 2; exit 1'}\n",
+               # 300 MB on stdout and on stderr, then healthy or not
+               "v2-floods": RECIPE.replace("seed: 0", "seed: 4")
+               + f"hooks: {{health: '{FLOOD}'}}\n",
+               "v2-floods-fails": RECIPE.replace("seed: 0", "seed: 4")
+               + f"hooks: {{health: '{FLOOD}; exit 1'}}\n"}
     built = {}
     for name, text in recipes.items():
         recipe = folder / f"{name}.yaml"
@@ -205,6 +211,54 @@ def test_a_hanging_health_hook_is_killed_on_the_device_and_the_old_release_resto
     assert subprocess.run(["pgrep", "-u", fault_device.user, "-f", "sleep 100000"],
                           capture_output=True).returncode == 1
     assert ("health-failed", release_of(bundles["v2-hangs"])) in device.journal()
+
+
+# edgekit's own peak RSS (VmHWM), written to the file named first at exit
+PEAK_RSS = """
+import atexit, runpy, sys
+from pathlib import Path
+out = Path(sys.argv.pop(1))
+atexit.register(lambda: out.write_text(next(line.split()[1] for line in open("/proc/self/status")
+                                            if line.startswith("VmHWM:"))))
+sys.argv[0] = "edgekit"
+runpy.run_module("edgekit.cli.main", run_name="__main__")
+"""
+
+
+def deploy_measured(bundle: Path, device, peak: Path) -> tuple[subprocess.CompletedProcess, int]:
+    """A deploy, and its process's peak RSS in MiB."""
+    proc = subprocess.run([sys.executable, "-c", PEAK_RSS, str(peak), "deploy", str(bundle),
+                           "--host", device.name], capture_output=True, text=True, timeout=300)
+    return proc, int(peak.read_text()) // 1024
+
+
+def test_a_health_hook_flooding_600_mb_keeps_edgekit_small_and_its_verdict_counts(
+        bundles, device, fault_device, tmp_path):
+    old = release_of(bundles["v1"])
+    proc, quiet_mib = deploy_measured(bundles["v1"], fault_device, tmp_path / "quiet")
+    assert proc.returncode == 0, proc.stderr
+    # healthy: the deploy goes through, edgekit keeps each stream's first and last MiB only
+    proc, flood_mib = deploy_measured(bundles["v2-floods"], fault_device, tmp_path / "flood")
+    assert proc.returncode == 0, proc.stderr
+    new = device.assert_current_is_a_validated_complete_release()
+    assert new == release_of(bundles["v2-floods"])
+    # measured: 69 MiB without a flood, 128 MiB with 600 MB, 132 MiB with 1.8 GB (bounded, not
+    # proportional: a stream keeps 3 MiB at most; the rest is the allocator's high-water mark)
+    assert flood_mib < quiet_mib + 100, f"peak RSS {flood_mib} MiB, {quiet_mib} MiB without"
+    # unhealthy: exit 16 in one line (the flood's last words), back on the release before
+    proc, fail_mib = deploy_measured(bundles["v2-floods-fails"], fault_device,
+                                     tmp_path / "fails")
+    assert proc.returncode == 16, proc.stderr
+    line = one_line_error(proc)
+    assert "the health hook exited with 1 (last words)" in line and f"back on {new}" in line
+    assert fail_mib < quiet_mib + 100, f"peak RSS {fail_mib} MiB, {quiet_mib} MiB without"
+    assert device.assert_current_is_a_validated_complete_release() == new
+    assert ("health-failed", release_of(bundles["v2-floods-fails"])) in device.journal()
+    proc = deploy(bundles["v1"], fault_device)   # and the next deploy leaves nothing behind
+    assert proc.returncode == 0, proc.stderr
+    assert device.current() == old and device.scratch() == []
+    # the unhealthy release was activated, so it is history (pruned as such), not a leftover
+    assert device.releases() == {old, new, release_of(bundles["v2-floods-fails"])}
 
 
 # --- disk full ----------------------------------------------------------------------------------
