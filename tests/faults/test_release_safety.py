@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.api.build import BuildOptions, build
+from edgekit.config.paths import cache_root
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = (REPO / "recipes" / "kws_mlp.yaml").read_text()
@@ -259,6 +260,59 @@ def test_a_health_hook_flooding_600_mb_keeps_edgekit_small_and_its_verdict_count
     assert device.current() == old and device.scratch() == []
     # the unhealthy release was activated, so it is history (pruned as such), not a leftover
     assert device.releases() == {old, new, release_of(bundles["v2-floods-fails"])}
+
+
+# --- two deploys at once -----------------------------------------------------------------------
+
+def start(*args: str, cwd: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def assert_exit_0_or_superseded(proc: subprocess.Popen) -> int:
+    """0, or 15 and one line: the other deploy switched `current` right after this one."""
+    _, err = proc.communicate(timeout=300)
+    if proc.returncode != 0:
+        assert proc.returncode == 15, err
+        line = one_line_error(subprocess.CompletedProcess(proc.args, 15, "", err))
+        assert "another deploy of faulty switched `current` to" in line, line
+    return proc.returncode
+
+
+def assert_no_leftovers_after_the_next_deploy(device, fault_device, bundle: Path,
+                                              releases: set[str]) -> None:
+    proc = deploy(bundle, fault_device)
+    assert proc.returncode == 0, proc.stderr
+    assert device.current() == release_of(bundle) and device.scratch() == []
+    activated = {release for event, release in device.journal() if event == "activate"}
+    assert device.releases() <= releases & activated   # nothing never activated
+
+
+ROUNDS = 2
+
+
+@pytest.mark.parametrize("source", ["bundles", "recipes from one directory"])
+def test_two_deploys_of_one_app_at_once_leave_one_complete_release_and_no_leftovers(
+        bundles, device, fault_device, tmp_path, source):
+    releases = {release_of(bundles["v1"]), release_of(bundles["v2"])}
+    for round_ in range(ROUNDS):
+        if round_ == 0 and source == "bundles":   # and both the first to a fresh device
+            shutil.rmtree(cache_root() / "runtime", ignore_errors=True)
+            for folder in ("runtime", "shims"):
+                shutil.rmtree(fault_device.host_path(f"{fault_device.home}/.edgekit/{folder}"),
+                              ignore_errors=True)
+        if source == "bundles":
+            procs = [start("deploy", str(bundles[v]), "--host", fault_device.name)
+                     for v in ("v1", "v2")]
+        else:   # both build to build/faulty-host here (a cache hit each) and ship from there
+            procs = [start("deploy", "--recipe", str(bundles[v].parent / f"{v}.yaml"),
+                           "--target", "host", "--host", fault_device.name, cwd=tmp_path)
+                     for v in ("v1", "v2")]
+        codes = [assert_exit_0_or_superseded(proc) for proc in procs]
+        assert 0 in codes, f"round {round_}: {codes}"
+        assert device.assert_current_is_a_validated_complete_release() in releases
+        assert all(event != "rejected" for event, _ in device.journal())
+    assert_no_leftovers_after_the_next_deploy(device, fault_device, bundles["v2"], releases)
 
 
 # --- disk full ----------------------------------------------------------------------------------
