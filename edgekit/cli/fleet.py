@@ -162,7 +162,8 @@ def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: 
     if (app is None) == (recipe is None):
         raise ConfigError("give exactly one of --app or --recipe", key="app")
     name = app or load_recipe(recipe).name
-    rows = read_status(load_fleet(fleet_file).select(limit), name)
+    chosen = load_fleet(fleet_file).select(limit)
+    rows = read_status(chosen, name, concurrency=chosen.rollout.concurrency)
     if as_json:
         render.emit_json([r.model_dump(mode="json") for r in rows])
     else:

@@ -77,7 +77,8 @@ class RolloutPolicy(Frozen):
         default=("10%", "50%", "100%"),
         description="wave sizes after the canary, Ansible `serial` semantics: percentages of "
                     "the whole fleet, the last size repeats until every device is done")
-    concurrency: int = pydantic.Field(default=8, ge=1, description="devices at once in a wave")
+    concurrency: int = pydantic.Field(default=8, ge=1, description="devices at once in a wave "
+                                      "(and read at once by `fleet status`)")
     max_fail: Count = pydantic.Field(
         default=0, description="failed devices a wave may have (count or % of the wave); more "
                                "halts the rollout. Unreachable devices count as failed")

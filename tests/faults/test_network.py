@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from edgekit.api.build import BuildOptions, build
 from edgekit.api.deploy import DeployOptions, deploy
@@ -218,6 +220,29 @@ def test_twenty_devices_against_an_sshd_with_max_startups_2_all_get_in(crowded_s
         results = list(pool.map(probe, range(20)))
     assert results == ["ok"] * 20
     assert "MaxStartups" in log.read_text()  # connections were turned away, and retried
+
+
+def test_a_fleet_of_twenty_behind_an_sshd_with_max_startups_2_is_read_whole(
+        device, crowded_sshd, tmp_path):
+    """`fleet status` reads 20 devices at once (all this sshd, by 20 names): every row."""
+    address, log = crowded_sshd
+    user, _, host_port = address.partition("@")
+    host, _, port = host_port.partition(":")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({
+        "defaults": {"host": host, "port": int(port), "user": user, "target": "host",
+                     "identity": str(lab.identity_path())},
+        "devices": {f"crowd-{i:02}": {} for i in range(20)},
+        "rollout": {"concurrency": 20}}))
+    proc, seconds = edgekit("fleet", "status", "--fleet", str(fleet), "--app", APP, "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert sorted(r["device"] for r in rows) == [f"crowd-{i:02}" for i in range(20)]
+    assert [(r["reachable"], r["error"]) for r in rows] == [(True, "")] * 20
+    assert {r["current"] for r in rows} == {current(device)}
+    assert {r["last_validation"]["ok"] for r in rows} == {True}
+    assert "MaxStartups" in log.read_text()  # connections were turned away, and retried
+    assert seconds < 60, f"took {seconds:.0f} s"
 
 
 FLOOD = """
