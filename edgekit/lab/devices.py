@@ -32,7 +32,8 @@ from edgekit.config.devices import DeviceEntry, load_registry, save_registry
 from edgekit.config.paths import edgekit_home, known_hosts_path
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
 from edgekit.errors import EdgekitError, LabSetupError, ToolError
-from edgekit.lab.procs import Proc, alive, descendants, identify, send, uids_in_use
+from edgekit.lab.procs import Proc, alive, identify, send, uids_in_use
+from edgekit.lab.reaper import descendants
 from edgekit.lab.rootfs import ensure_rootfs, hold_mounts, release_mounts, rootfs_path
 from edgekit.toolchain.runner import run_tool
 from edgekit.config.address import parse_address

@@ -55,26 +55,6 @@ def send(proc: Proc, sig: int) -> bool:
         os.close(fd)
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` in the process tree (children first)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += kids
-    return found
-
-
 def uids_in_use() -> set[int]:
     """The uids that processes on this machine run as (inside chroots too)."""
     uids = set()

@@ -29,7 +29,9 @@ def _on_term(signum, frame):
     raise _Stop
 
 
-def _tree(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
+    """Every process below `root` in the process tree (children first); `lab down` uses it
+    too (this file stays standard-library only: it runs as `python3 -I -S`)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -62,7 +64,7 @@ def _reap() -> None:
 def _end_tree() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     while True:
-        pids = _tree(os.getpid())
+        pids = descendants(os.getpid())
         if not pids:
             return
         for pid in pids:

@@ -16,9 +16,6 @@ from edgekit.lab.procs import identify
 from edgekit.lab.rootfs import hold_mounts, mounts_dir, release_mounts, rootfs_path
 from edgekit.transport.ssh import connect
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
-
-
 @contextmanager
 def lab_home(home: Path):
     """Act as the lab of another $EDGEKIT_HOME (another user's lab, another test session)."""
