@@ -72,6 +72,14 @@ def classifier_shaped(name: str, expected: np.ndarray) -> bool:
     return False
 
 
+def wants_top1(mode: str | None, name: str, expected: np.ndarray) -> bool:
+    """Whether arg-max agreement is checked: `always` (any output with a last axis), `never`,
+    or `auto`/None: classifier-shaped outputs only."""
+    if expected.ndim == 0 or expected.size == 0 or mode == "never":
+        return False
+    return mode == "always" or classifier_shaped(name, expected)
+
+
 def _ml_float(array: np.ndarray) -> bool:
     """ml_dtypes' floats (bfloat16, float8_*) are numpy kind 'V'."""
     return dtype_name(array).startswith(("bfloat", "float"))
@@ -118,9 +126,7 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
     if judged and not cos >= lim.min_cosine:
         problems.append(f"cosine {cos:.6f} below {lim.min_cosine}")
     top1 = None
-    wants_top1 = lim.top1 == "always" or (lim.top1 == "auto" and classifier_shaped(name,
-                                                                                   expected))
-    if wants_top1 and expected.ndim >= 1 and expected.size:
+    if wants_top1(lim.top1, name, expected):
         top1 = top1_agreement(a, e)
         if top1 < 1.0:
             problems.append(f"top-1 agreement {top1:.1%}")

@@ -83,3 +83,15 @@ def test_identical_inputs_do_not_count_as_distinct_samples():
     check_golden(Validation(), ["y"], [(out,), (out,)], inputs=[(x,), (x.copy(),)])
     with pytest.raises(UninformativeGolden, match="same for all 2"):
         check_golden(Validation(), ["y"], [(out,), (out,)], inputs=[(x,), (x + 1,)])
+
+
+def test_the_recipe_key_takes_true_or_output_names(write_recipe):
+    from edgekit.config.recipe import load_recipe
+    from edgekit.errors import ConfigError
+    base = 'model:\n  python: "@TINY@:mlp"\nvalidation:\n  accept_uninformative: '
+    names = load_recipe(write_recipe(base + "[logits, mask]\n")).validation
+    assert names.accepts_uninformative("mask") and not names.accepts_uninformative("y")
+    assert load_recipe(write_recipe(base + "true\n")).validation.accepts_uninformative("y")
+    assert not Validation().accepts_uninformative("y")
+    with pytest.raises(ConfigError, match="accept_uninformative"):
+        load_recipe(write_recipe(base + "{logits: 1}\n"))

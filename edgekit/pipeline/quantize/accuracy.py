@@ -8,13 +8,17 @@ import numpy as np
 
 from edgekit.errors import QuantizationError
 from edgekit.models.bundle import AccuracyReport, OutputAccuracy
-from edgekit.validate.compare import classifier_shaped, cosine, top1_agreement
+from edgekit.config.recipe import Validation
+from edgekit.validate.compare import cosine, top1_agreement, wants_top1
 
 Run = Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]
 
 
 def accuracy_report(reference: Run, quantized: Run, samples: Sequence[tuple[np.ndarray, ...]],
-                    source: str, names: Sequence[str]) -> AccuracyReport:
+                    source: str, names: Sequence[str],
+                    validation: Validation = Validation()) -> AccuracyReport:
+    """Top-1 agreement is reported where validation checks it (the recipe's `top1`, else
+    classifier-shaped outputs: validate/compare.py)."""
     pairs = [(reference(s), quantized(s)) for s in samples]
     outputs = []
     for i, name in enumerate(names):
@@ -23,7 +27,7 @@ def accuracy_report(reference: Run, quantized: Run, samples: Sequence[tuple[np.n
         # undefined cosines (a side all zero) prove nothing: the abs error judges those
         cosines = [c for c in (cosine(a, e) for a, e in zip(actual, expected)) if c is not None]
         top1 = None
-        if classifier_shaped(name, pairs[0][0][i]):
+        if wants_top1(validation.for_output(name).top1, name, pairs[0][0][i]):
             top1 = float(np.mean([top1_agreement(a, e) for a, e in zip(actual, expected)]))
         outputs.append(OutputAccuracy(
             name=name, max_abs_error=float(max((np.abs(a - e).max() if a.size else 0.0)
