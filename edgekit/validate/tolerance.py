@@ -76,15 +76,14 @@ def output_limits(validation: Validation, name: str, dtype: str) -> Limits:
 
 def with_build_defaults(validation: Validation, mode: str | None) -> Validation:
     """A quantized build's own defaults for the top-level values the recipe left out (they
-    apply to floating-point outputs): int8 allows one int8 step; an fp16 build computes its
-    contractions in float16, so its float outputs, even float32 ones, carry float16 rounding
-    and are held to the float16 rule."""
-    if mode == "int8":
-        atol, rtol, min_cosine = INT8_BUILD
-    elif mode == "fp16":
-        atol, rtol, min_cosine, _ = dtype_defaults("float16")
-    else:
+    apply to floating-point outputs): int8 allows one int8 step. An `fp16` build needs none:
+    its golden outputs come from a reference that rounds the same contraction inputs to
+    float16 (quantize/fp16.py), so its float32 outputs keep the float32 rule (measured: max
+    abs error 5.4e-6 on the transformer block, 6e-8 on the small CNN, vs atol 1e-4), and
+    float16 outputs get the float16 rule by their dtype."""
+    if mode != "int8":
         return validation
+    atol, rtol, min_cosine = INT8_BUILD
     fill = {k: v for k, v in (("atol", atol), ("rtol", rtol), ("min_cosine", min_cosine))
             if getattr(validation, k) is None}
     return validation.model_copy(update=fill) if fill else validation

@@ -84,3 +84,16 @@ def test_the_in_process_runner_returns_the_declared_dtype(write_recipe):
     total, greater = runner.run([x, np.array([[1, 1, 1, 1]], np.uint8)])
     assert total.dtype == np.uint8 and total.tolist() == [[0, 1, 8, 129]]
     assert greater.dtype == np.bool_ and greater.tolist() == [[True, False, True, True]]
+
+
+def test_a_float16_model_is_held_to_the_float16_rule_not_float32s(write_recipe):
+    bundle = build(BuildOptions(recipe=recipe(write_recipe, "half_mlp"), target="host")).bundle
+    assert bundle.manifest.outputs[0].dtype == "float16"
+    report = validate_local(bundle.path)
+    out = report.outputs[0]
+    assert report.ok and out.limits.endswith("(float16 default: 8 eps)")
+    assert out.max_abs_error > 1e-4   # a few float16 ulps: float32's atol would cry wolf
+    strict = build(BuildOptions(recipe=recipe(write_recipe, "half_mlp",
+                                              "validation: {atol: 1.0e-4, rtol: 1.0e-3}\n"),
+                                target="host")).bundle
+    assert not validate_local(strict.path).ok
