@@ -345,9 +345,9 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
                     actual = np.load(local, allow_pickle=False)
                 except (ValueError, EOFError, OSError) as exc:
                     raise _unreadable_output(conn, m.app, f"output_{i}.npy", exc) from None
-                # IREE's integers are signless: a uint8 output comes back labelled int8
+                # IREE's integers are signless: read it as the manifest declares it
                 comparisons.append(compare_output(
-                    sig.name, as_declared(actual, expected.dtype), expected,
+                    sig.name, as_declared(actual, sig.dtype), expected,
                     output_limits(m.tolerances, sig.name, str(expected.dtype))))
     finally:
         _remove_quietly(conn, out_dir)

@@ -177,7 +177,7 @@ def compare_output_files(bundle, actual: list[Path], where: str,
                                            dtype=dtype_name(expected), limits=lim.describe()),
                                       f"no output file {path.name}"))
             continue
-        got = as_declared(np.load(path, allow_pickle=False), expected.dtype)
+        got = as_declared(np.load(path, allow_pickle=False), sig.dtype)
         comparisons.append(compare_output(sig.name, got, expected, lim))
     return ValidationReport(app=m.app, target=m.target, where=where,
                             ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
