@@ -103,7 +103,7 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
         if np.any(differ):
             at = _first(differ)
             problems.append(f"{int(differ.sum())} of {differ.size} values differ (first at "
-                            f"{at}: {actual[at]!r}, expected {expected[at]!r})")
+                            f"{at}: {actual[at].item()}, expected {expected[at].item()})")
     nonfinite = ((np.isnan(a) != np.isnan(e)) | (np.isposinf(a) != np.isposinf(e))
                  | (np.isneginf(a) != np.isneginf(e)))
     if np.any(nonfinite):

@@ -144,8 +144,7 @@ def test_integers_and_bool_are_exact_and_name_the_first_difference():
     actual = expected.copy()
     actual[1, 0] = 5
     result = compare_output("idx", actual, expected, Tolerance())
-    assert result.problems == ("1 of 4 values differ (first at (1, 0): np.int64(5), expected "
-                               "np.int64(3))",)
+    assert result.problems == ("1 of 4 values differ (first at (1, 0): 5, expected 3)",)
     assert result.limits == "exact (int64: exact)"
     flags = np.array([True, False, True])
     assert compare_output("mask", flags, flags, Tolerance()).ok
@@ -261,7 +260,7 @@ def test_an_integer_or_bool_array_always_matches_itself(array):
        st.floats(1e-3, 1e3))
 def test_cosine_is_defined_in_minus_one_to_one_or_none(array, scale):
     value = cosine(array, array * scale)
-    if np.any(array):
+    if np.any(array) and np.any(array * scale):   # a subnormal times 1e-3 is 0
         assert value == pytest.approx(1.0)
     else:
         assert value is None
