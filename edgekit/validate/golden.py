@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgekit.config.recipe import Validation
-from edgekit.errors import UninformativeGolden
+from edgekit.errors import ConfigError, UninformativeGolden
 from edgekit.validate.tolerance import Limits, output_limits
 
 
@@ -84,7 +84,9 @@ def check_golden(validation: Validation, names: Sequence[str],
                  inputs: Sequence[Sequence[np.ndarray]] = (), where: str | None = None) -> None:
     """Refuse (UninformativeGolden, exit 8) the first output that proves nothing and the
     recipe does not accept. `golden[s][i]`: output i on validation sample s; `inputs[s]` the
-    inputs of sample s."""
+    inputs of sample s. A name in `validation.outputs` or `accept_uninformative` that is no
+    output is a ConfigError (a typo would silently change nothing)."""
+    _names_exist(validation, names, where)
     inputs_differ = len(inputs) < 2 or any(
         len(other) != len(inputs[0]) or any(
             a.shape != b.shape or not np.array_equal(a, b) for a, b in zip(other, inputs[0]))
@@ -102,3 +104,15 @@ def check_golden(validation: Validation, names: Sequence[str],
                 hint=f"check the model computes something on these samples (trained or "
                      f"initialised weights; samples that exercise it), or accept it knowingly "
                      f"with `validation: {{accept_uninformative: [{name}]}}`")
+
+
+def _names_exist(validation: Validation, names: Sequence[str], where: str | None) -> None:
+    accepted = validation.accept_uninformative
+    for key, given in (("validation.outputs", tuple(validation.outputs)),
+                       ("validation.accept_uninformative",
+                        accepted if isinstance(accepted, tuple) else ())):
+        unknown = [n for n in given if n not in names]
+        if unknown:
+            raise ConfigError(f"{', '.join(map(repr, unknown))} is no output of the model",
+                              where=where, key=key,
+                              hint=f"the outputs are: {', '.join(names)}")

@@ -71,10 +71,10 @@ def test_check_golden_refuses_in_one_line_naming_the_output():
 
 @pytest.mark.parametrize("accept", [True, ("logits",)])
 def test_the_recipe_accepts_it_knowingly_per_output_or_all(accept):
-    golden = [(np.zeros((2, 10), np.float32),)]
-    check_golden(Validation(accept_uninformative=accept), ["logits"], golden)
+    golden = [(np.zeros((2, 10), np.float32), RNG.normal(size=(3,)))]
+    check_golden(Validation(accept_uninformative=accept), ["logits", "other"], golden)
     with pytest.raises(UninformativeGolden):
-        check_golden(Validation(accept_uninformative=("other",)), ["logits"], golden)
+        check_golden(Validation(accept_uninformative=("other",)), ["logits", "other"], golden)
 
 
 def test_identical_inputs_do_not_count_as_distinct_samples():
@@ -95,3 +95,16 @@ def test_the_recipe_key_takes_true_or_output_names(write_recipe):
     assert not Validation().accepts_uninformative("y")
     with pytest.raises(ConfigError, match="accept_uninformative"):
         load_recipe(write_recipe(base + "{logits: 1}\n"))
+
+
+@pytest.mark.parametrize("validation, key", [
+    (Validation(accept_uninformative=("logit",)), "validation.accept_uninformative"),
+    (Validation(outputs={"output_1": {"atol": 1}}), "validation.outputs"),
+])
+def test_a_name_that_is_no_output_is_a_config_error(validation, key):
+    from edgekit.errors import ConfigError
+    golden = [(RNG.normal(size=(2, 3)).astype(np.float32),)]
+    with pytest.raises(ConfigError) as err:
+        check_golden(validation, ["output_0"], golden, where="r.yaml")
+    assert err.value.key == key and err.value.hint == "the outputs are: output_0"
+    assert err.value.exit_code == 2
