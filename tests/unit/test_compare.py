@@ -52,6 +52,8 @@ def test_cosine_of_zero_vectors_is_undefined_not_one():
     assert cosine(zeros, np.ones(8)) is None
     assert cosine(np.array([1.0, 0]), np.array([0.0, 1])) == 0.0
     assert cosine(np.array([np.nan, 1.0]), np.array([np.nan, 2.0])) == pytest.approx(1.0)
+    huge, tiny = np.array([1e300, -1e300]), np.array([1e-300, -1e-300])
+    assert cosine(huge, huge) == pytest.approx(1.0) and cosine(tiny, -tiny) == pytest.approx(-1)
 
 
 def test_zero_against_zero_is_judged_by_the_error_alone_and_reported_undefined():
