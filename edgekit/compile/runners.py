@@ -23,7 +23,7 @@ from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
-from edgekit.validate.compare import as_declared
+from edgekit.validate.outputs import as_declared, output_file, read_output
 
 log = logging.getLogger("edgekit.compile")
 
@@ -107,12 +107,12 @@ class ToolRunner(Runner):
         m = self._bundle.manifest
         with tempfile.TemporaryDirectory(prefix="edgekit-call-") as tmp:
             inputs = [Path(tmp) / f"input_{i}.npy" for i in range(len(arrays))]
-            outputs = [Path(tmp) / f"output_{i}.npy" for i in range(len(m.outputs))]
+            outputs = [Path(tmp) / output_file(i, o.dtype) for i, o in enumerate(m.outputs)]
             for path, array in zip(inputs, arrays):
                 np.save(path, array, allow_pickle=False)
             iree.run_module(self._bundle.module, m.runtime_driver, m.entry_function, inputs,
                             outputs)
-            return [np.load(p, allow_pickle=False) for p in outputs]
+            return read_outputs(outputs, m)
 
 
 _CONNECTIONS: dict[str, Transport] = {}
@@ -170,16 +170,23 @@ class RemoteRunner(Runner):
                 np.save(local, array, allow_pickle=False)
                 self._conn.put(local, f"{call_dir}/input_{i}.npy")
                 inputs.append(f"{call_dir}/input_{i}.npy")
-            outputs = [f"{call_dir}/output_{i}.npy" for i in range(len(m.outputs))]
+            names = [output_file(i, o.dtype) for i, o in enumerate(m.outputs)]
+            outputs = [f"{call_dir}/{name}" for name in names]
             self._conn.run(iree.run_module_argv(
                 f"{self._release}/module.vmfb", m.runtime_driver, m.entry_function, inputs,
                 outputs, tool=self._tool), what="running the graph on the device")
-            results = []
-            for i, remote in enumerate(outputs):
-                local = Path(tmp) / f"output_{i}.npy"
-                self._conn.get(remote, local)
-                results.append(np.load(local, allow_pickle=False))
-            return results
+            for name, remote in zip(names, outputs):
+                self._conn.get(remote, Path(tmp) / name)
+            return read_outputs([Path(tmp) / name for name in names], m)
+
+
+def read_outputs(paths: list[Path], manifest) -> list[np.ndarray]:
+    """Output files as the manifest declares them (validate/outputs.py)."""
+    try:
+        return [read_output(p, o.dtype, o.shape) for p, o in zip(paths, manifest.outputs)]
+    except ValueError as exc:
+        raise EdgekitError(f"cannot read a graph's output: {exc}",
+                           where=manifest.app) from None
 
 
 def make_runner(bundle: Bundle, graph: int, device: str | None, identity: str | None) -> Runner:

@@ -39,7 +39,8 @@ from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
 from edgekit.models.bundle import Bundle, MANIFEST, SIGNATURE, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
-from edgekit.validate.compare import as_declared, compare_output
+from edgekit.validate.compare import compare_output
+from edgekit.validate.outputs import as_declared, output_file, read_output
 from edgekit.validate.tolerance import output_limits
 
 
@@ -303,10 +304,12 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
             raise DeviceIncompatible(f"unexpected golden input path {rel!r}")
         safe_name(name, "golden input")
     run_env = tmp / "run.env"
+    outputs = " ".join(output_file(i, o.dtype) for i, o in enumerate(m.outputs))
     run_env.write_text(f"DRIVER={safe_name(m.runtime_driver, 'driver')}\n"
                        f"FUNCTION={safe_name(m.entry_function, 'function')}\n"
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
-                       f"NOUTPUTS={len(m.outputs)}\n")
+                       f"NOUTPUTS={len(m.outputs)}\n"
+                       f"OUTPUTS='{outputs}'\n")
     signed = [bundle.file(SIGNATURE)] if bundle.file(SIGNATURE).is_file() else []
     sums = {**m.files, MANIFEST: sha256_file(bundle.file(MANIFEST)),
             "run.env": sha256_file(run_env), **{p.name: sha256_file(p) for p in signed}}
@@ -335,19 +338,21 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
         with tempfile.TemporaryDirectory(prefix="edgekit-outputs-") as tmp:
             comparisons = []
             for i, (sig, golden) in enumerate(zip(m.outputs, m.golden_outputs)):
-                local = Path(tmp) / f"output_{i}.npy"
-                expected = np.load(bundle.file(golden), allow_pickle=False)
+                name = output_file(i, sig.dtype)
+                local = Path(tmp) / name
+                expected = as_declared(np.load(bundle.file(golden), allow_pickle=False),
+                                       sig.dtype)
                 if result.returncode != 0:
                     comparisons.append(_run_failed(sig.name, expected, result.stderr))
                     continue
-                conn.get(f"{out_dir}/output_{i}.npy", local)
+                conn.get(f"{out_dir}/{name}", local)
                 try:
-                    actual = np.load(local, allow_pickle=False)
+                    # IREE's integers are signless: read as the manifest declares the output
+                    actual = read_output(local, sig.dtype, expected.shape)
                 except (ValueError, EOFError, OSError) as exc:
-                    raise _unreadable_output(conn, m.app, f"output_{i}.npy", exc) from None
-                # IREE's integers are signless: read it as the manifest declares it
+                    raise _unreadable_output(conn, m.app, name, exc) from None
                 comparisons.append(compare_output(
-                    sig.name, as_declared(actual, sig.dtype), expected,
+                    sig.name, actual, expected,
                     output_limits(m.tolerances, sig.name, str(expected.dtype))))
     finally:
         _remove_quietly(conn, out_dir)

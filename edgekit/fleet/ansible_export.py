@@ -196,7 +196,8 @@ def _play(app: str, number: int, size: int, max_fail, hooks, version: str) -> di
          "ansible.builtin.command": {"argv": ["sh", f"{shims}/run.sh", runtime, release_dir,
                                               outputs], **sh}},
         {"name": "list the outputs", "ansible.builtin.find": {"paths": f"~/{outputs}",
-                                                              "patterns": "output_*.npy"},
+                                                              "patterns": ["output_*.npy",
+                                                                           "output_*.bin"]},
          "register": "edgekit_outputs"},
         {"name": "fetch the outputs",
          "ansible.builtin.fetch": {"src": "{{ item.path }}", "dest":

@@ -126,8 +126,9 @@ def failing_ops(diagnostics: str) -> tuple[str, ...]:
 
 def run_module_argv(module: Path | str, driver: str, function: str, inputs: list,
                     outputs: list, tool: str | None = None) -> list[str]:
-    """iree-run-module command line that reads .npy inputs and writes .npy outputs (`tool`:
-    the binary to use, e.g. a device's; default: this machine's)."""
+    """iree-run-module command line that reads .npy inputs and writes outputs (.npy, or raw
+    bytes where the file name ends in .bin: validate/outputs.py) (`tool`: the binary to use,
+    e.g. a device's; default: this machine's)."""
     argv = [tool or tool_path("iree-run-module"), f"--module={module}", f"--device={driver}",
             f"--function={function}"]
     argv += [f"--input=@{p}" for p in inputs]

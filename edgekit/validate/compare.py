@@ -21,6 +21,7 @@ import numpy as np
 
 from edgekit.config.recipe import Tolerance
 from edgekit.models.report import OutputComparison, ValidationReport
+from edgekit.validate.outputs import as_declared, read_output
 from edgekit.validate.tolerance import Limits, limits, output_limits
 
 # output names that say "class scores" (any case) — and names that say "not a classifier"
@@ -31,21 +32,6 @@ ROW_SUM_SLACK = 1e-3    # rows of probabilities sum to 1 within this
 
 def dtype_name(array: np.ndarray) -> str:
     return str(array.dtype)
-
-
-def as_declared(array: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
-    """An output as its declared dtype where only the signedness differs (same bit width):
-    IREE's integers are signless, so a uint8 result comes back labelled int8 though its bits
-    are the uint8 answer. Anything else is returned as it is (and a dtype check fails it)."""
-    try:
-        want = np.dtype(dtype)
-    except TypeError:
-        return array
-    have = array.dtype
-    if have != want and have.kind in "iu" and want.kind in "iu" and \
-            have.itemsize == want.itemsize:
-        return array.view(want)
-    return array
 
 
 def classifier_shaped(name: str, expected: np.ndarray) -> bool:
@@ -175,19 +161,26 @@ def _cosine_of_finite(a: np.ndarray, e: np.ndarray) -> float | None:
 
 def compare_output_files(bundle, actual: list[Path], where: str,
                          seconds: float = 0.0) -> ValidationReport:
-    """Outputs written by iree-run-module (`output_<i>.npy`, in signature order) against the
-    bundle's golden outputs and tolerances; a missing file fails its output."""
+    """Outputs written by iree-run-module (`output_<i>.npy` or `.bin`: validate/outputs.py, in
+    signature order) against the bundle's golden outputs and tolerances; a missing or
+    unreadable file fails its output."""
     m = bundle.manifest
     comparisons = []
     for sig, path, golden in zip(m.outputs, actual, m.golden_outputs):
-        expected = np.load(bundle.file(golden), allow_pickle=False)
+        expected = as_declared(np.load(bundle.file(golden), allow_pickle=False), sig.dtype)
         lim = output_limits(m.tolerances, sig.name, dtype_name(expected))
         if not path.is_file():
             comparisons.append(failed(dict(name=sig.name, shape=tuple(expected.shape),
                                            dtype=dtype_name(expected), limits=lim.describe()),
                                       f"no output file {path.name}"))
             continue
-        got = as_declared(np.load(path, allow_pickle=False), sig.dtype)
+        try:
+            got = read_output(path, sig.dtype, expected.shape)
+        except (ValueError, EOFError, OSError) as exc:
+            comparisons.append(failed(dict(name=sig.name, shape=tuple(expected.shape),
+                                           dtype=dtype_name(expected), limits=lim.describe()),
+                                      f"unreadable output file {path.name}: {exc}"))
+            continue
         comparisons.append(compare_output(sig.name, got, expected, lim))
     return ValidationReport(app=m.app, target=m.target, where=where,
                             ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),

@@ -13,6 +13,7 @@ from edgekit.models.report import ValidationReport
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import scratch_dir
 from edgekit.validate.compare import compare_output_files
+from edgekit.validate.outputs import output_file
 
 
 def host_cannot_run(bundle: Bundle) -> str | None:
@@ -35,7 +36,7 @@ def validate_local(path: str | Path) -> ValidationReport:
     m = bundle.manifest
     started = time.perf_counter()
     with scratch_dir("validate") as scratch:
-        outputs = [scratch / f"output_{i}.npy" for i in range(len(m.outputs))]
+        outputs = [scratch / output_file(i, o.dtype) for i, o in enumerate(m.outputs)]
         try:
             iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
                             [bundle.file(p) for p in m.golden_inputs], outputs)

@@ -97,3 +97,41 @@ def test_a_float16_model_is_held_to_the_float16_rule_not_float32s(write_recipe):
                                               "validation: {atol: 1.0e-4, rtol: 1.0e-3}\n"),
                                 target="host")).bundle
     assert not validate_local(strict.path).ok
+
+
+BF16_MODULE = """
+func.func @main(%a: tensor<4xf32>) -> (tensor<4xbf16>, tensor<4xi8>) {
+  %e = tensor.empty() : tensor<4xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]}
+      ins(%a : tensor<4xf32>) outs(%e : tensor<4xbf16>) {
+  ^bb0(%x: f32, %o: bf16):
+    %t = arith.truncf %x : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4xbf16>
+  %c = arith.constant dense<[1, -56, 3, -1]> : tensor<4xi8>
+  return %r, %c : tensor<4xbf16>, tensor<4xi8>
+}
+"""
+
+
+def test_a_bfloat16_output_is_written_raw_and_read_back_as_bfloat16(tmp_path):
+    """iree-run-module cannot write bfloat16 as .npy ("unsupported data encoding"): the
+    output file name says .bin for it, and the bytes are read as the declared dtype."""
+    import iree.compiler as ic
+    import ml_dtypes
+
+    from edgekit.toolchain import iree
+    from edgekit.validate.outputs import output_file, read_output
+    module = tmp_path / "m.vmfb"
+    module.write_bytes(ic.compile_str(BF16_MODULE, target_backends=["llvm-cpu"],
+                                      extra_args=["--iree-llvmcpu-target-cpu=host"]))
+    x = np.array([1.5, 2.25, -3.0, 1e-3], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    declared = (("bfloat16", (4,)), ("uint8", (4,)))
+    outputs = [tmp_path / output_file(i, d) for i, (d, _) in enumerate(declared)]
+    iree.run_module(module, "local-sync", "main", [tmp_path / "x.npy"], outputs)
+    bf16, u8 = (read_output(p, d, s) for p, (d, s) in zip(outputs, declared))
+    assert bf16.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert np.array_equal(bf16, x.astype(ml_dtypes.bfloat16))
+    assert u8.dtype == np.uint8 and u8.tolist() == [1, 200, 3, 255]

@@ -9,7 +9,8 @@ from hypothesis.extra import numpy as hnp
 
 from edgekit.config.recipe import Tolerance, Validation
 from edgekit.toolchain.iree import failing_ops
-from edgekit.validate.compare import (as_declared, classifier_shaped, compare_output, cosine)
+from edgekit.validate.compare import classifier_shaped, compare_output, cosine
+from edgekit.validate.outputs import as_declared, output_file, read_output
 from edgekit.validate.tolerance import dtype_defaults, limits, output_limits, with_build_defaults
 
 TOL = Tolerance(atol=1e-4, rtol=1e-3, min_cosine=0.999)
@@ -272,3 +273,25 @@ def test_compiler_diagnostics_name_the_failing_ops():
     text = ("loc(x): error: failed to legalize operation 'torch.aten.atan2' that was explicitly "
             "marked illegal\nerror: 'tosa.custom' op is not supported")
     assert failing_ops(text) == ("torch.aten.atan2", "tosa.custom")
+
+
+def test_dtypes_npy_cannot_carry_are_written_raw_and_read_as_declared(tmp_path):
+    assert output_file(0, "uint8") == "output_0.npy"
+    assert output_file(3, "bfloat16") == "output_3.bin"
+    values = np.array([[1.5, -2.25, 3e-3]], ml_dtypes.bfloat16)
+    values.tofile(tmp_path / "output_0.bin")
+    got = read_output(tmp_path / "output_0.bin", "bfloat16", (1, 3))
+    assert got.dtype == values.dtype and np.array_equal(got, values)
+    with pytest.raises(ValueError, match="holds 3 bfloat16 values, expected 6"):
+        read_output(tmp_path / "output_0.bin", "bfloat16", (2, 3))
+    with pytest.raises(ValueError, match="static shape"):
+        read_output(tmp_path / "output_0.bin", "bfloat16", ("n", 3))
+
+
+def test_a_bfloat16_golden_saved_by_numpy_is_read_back_as_bfloat16(tmp_path):
+    values = np.array([1.5, 2.0], ml_dtypes.bfloat16)
+    np.save(tmp_path / "g.npy", values)       # numpy writes it as raw '<V2' records
+    raw = np.load(tmp_path / "g.npy")
+    assert raw.dtype.kind == "V"
+    assert np.array_equal(as_declared(raw, "bfloat16"), values)
+    assert as_declared(raw, "float32").dtype.kind == "V"    # another width: left for the check
