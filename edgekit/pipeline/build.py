@@ -148,7 +148,8 @@ check_plan(BACK, ExportedModel, Bundle)
 def refuse_uninformative(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
     """Before anything compiles: refuse golden outputs that cannot tell a right module from a
     wrong one (validate/golden.py), unless the recipe accepts them. Held to the tolerances the
-    bundle will carry (a quantized build's own)."""
+    bundle will carry (a quantized build's own). One validation sample today: with several,
+    pass every sample's golden outputs and inputs (the same-for-every-sample check)."""
     mode = exported.quantization.mode if exported.quantization else None
     check_golden(with_build_defaults(recipe.validation, mode),
                  [o.name for o in exported.outputs], [exported.golden], [exported.samples],
