@@ -38,14 +38,31 @@ def import_program(program: torch.export.ExportedProgram) -> bytes:
     from torch_mlir.extras.fx_importer import FxImporter
     context, diagnostics = _context_collecting_diagnostics()
     try:
+        decomposed = _with_all_state(program.run_decompositions(_decompositions()))
         importer = FxImporter(context=context, hooks=_weights_as_raw_bytes())
-        module = fx.export_and_import(program, output_type="torch", func_name="main",
-                                      fx_importer=importer,
-                                      decomposition_table=_decompositions())
+        module = fx.export_and_import(decomposed, output_type="torch", func_name="main",
+                                      fx_importer=importer, decomposition_table={})
     except Exception as exc:  # torch-mlir raises bare Exceptions; translate them here
         text = "\n".join(diagnostics) or str(exc)
         raise LowerFailure(_ops_in(text), text) from None
     return _bytecode(module)
+
+
+def _with_all_state(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """The program (a copy made by run_decompositions) with its non-persistent buffers in its
+    state dict as well, where torch-mlir's frozen import looks every buffer up.
+
+    torch.export keeps `register_buffer(..., persistent=False)` tensors (e.g. every
+    `transformers` BERT's position_ids) in `constants`, not `state_dict`; torch-mlir then stops
+    with "Could not find state mapping for buffer" (llvm/torch-mlir#4744). Lifted tensor
+    constants it already reads from `constants`.
+    """
+    buffers = program.graph_signature.inputs_to_buffers.values()
+    missing = {name: program.constants[name] for name in buffers
+               if name not in program.state_dict and name in program.constants}
+    if missing:
+        program._state_dict = {**program.state_dict, **missing}
+    return program
 
 
 def import_onnx(model) -> bytes:
