@@ -104,7 +104,9 @@ class TorchFrontend(Frontend[Program]):
     def op_modules(self, graph: Program) -> list[OpModule]:
         """The ATen ops of the graph as torch-mlir's import decomposes it."""
         decomposed = graph.run_decompositions(torch_mlir._decompositions())
-        nodes = [n for n in decomposed.graph.nodes if n.op == "call_function"]
+        # ATen ops only: getitem and other structural nodes are no ops of their own
+        nodes = [n for n in decomposed.graph.nodes if n.op == "call_function"
+                 and isinstance(n.target, torch._ops.OpOverload)]
         counts = Counter(_op_name(n) for n in nodes)
         first: dict[str, torch.fx.Node] = {}
         for n in nodes:
