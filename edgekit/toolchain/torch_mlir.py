@@ -33,13 +33,22 @@ def _decompositions() -> dict:
             if "native_layer_norm" not in str(op)}
 
 
-def import_program(program: torch.export.ExportedProgram) -> bytes:
-    """ExportedProgram → torch-backend MLIR bytecode (weights inlined as resources)."""
+def decompose(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """The program as torch-mlir imports it: a decomposed copy (the ATen ops `check` lists)."""
+    return program.run_decompositions(_decompositions())
+
+
+def import_program(program: torch.export.ExportedProgram,
+                   decomposed: torch.export.ExportedProgram | None = None) -> bytes:
+    """ExportedProgram → torch-backend MLIR bytecode (weights inlined as resources).
+    `decomposed`: `decompose(program)` when the caller made it already (it is consumed: the
+    import replaces its weight placeholders with the tensors)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
     context, diagnostics = _context_collecting_diagnostics()
     try:
-        decomposed = _with_all_state(program.run_decompositions(_decompositions()))
+        decomposed = _with_all_state(decomposed if decomposed is not None else
+                                     decompose(program))
         importer = FxImporter(context=context, hooks=_weights_as_raw_bytes())
         _name_locations(importer)
         module = fx.export_and_import(decomposed, output_type="torch", func_name="main",
