@@ -1,6 +1,8 @@
 """What a user reads when a model cannot be exported, imported or lowered: one line with the
 op, where it is in the model, the stage and the compiler's own reason."""
 
+import json
+
 import pytest
 import torch
 
@@ -62,3 +64,18 @@ def _tiny(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, name)()
+
+
+def test_check_and_build_name_the_real_cause_when_the_whole_import_fails(tmp_path,
+                                                                         write_recipe):
+    proc = edgekit("check", f"{TINY}:uint16_round_trip", "--json", cwd=tmp_path,
+                   env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 4, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["failures"]["import"] == "KeyError: torch.uint16"
+    blamed = [o["op"] for o in report["ops"] if o["imported"] is False]
+    assert blamed == ["prims::convert_element_type"], report["ops"]  # the uint16 cast
+    recipe = write_recipe('name: u16\nmodel:\n  python: "@TINY@:uint16_round_trip"\n')
+    with pytest.raises(LoweringError, match="KeyError: torch.uint16") as err:
+        build(BuildOptions(recipe=recipe, target="host"))
+    assert "not on an op" in err.value.hint
