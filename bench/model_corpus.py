@@ -8,6 +8,7 @@ under qemu in the arm64 lab userland (built once per machine, as root). Build ti
 seconds on the machine that runs it (the README's are from a 2-core shared machine).
 
     python bench/model_corpus.py [--markdown] [--targets host,rpi4] [--models bert,gpt2]
+    python bench/model_corpus.py --rows stderr.log      # the table again, from a run's rows
 """
 
 from __future__ import annotations
@@ -27,9 +28,18 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print README's table")
     parser.add_argument("--targets", default="host,rpi4")
     parser.add_argument("--models", default="", help="comma-separated corpus names (all)")
+    parser.add_argument("--rows", type=Path, help="render rows printed by an earlier run "
+                                                  "(its stderr, JSON lines) instead of building")
     args = parser.parse_args()
+    if args.rows:
+        rows = [json.loads(ln) for ln in args.rows.read_text().splitlines() if ln[:1] == "{"]
+        print(markdown(rows))
+        return
+    from edgekit.lab.rootfs import ensure_rootfs
+    # the arm64 userland that runs rpi4 modules under qemu: the machine's (built once)
+    os.environ.setdefault("EDGEKIT_ROOTFS_DIR", str(ensure_rootfs()))
     with tempfile.TemporaryDirectory(prefix="model-corpus-") as scratch:
-        # a cache of its own: the user's build cache is neither read nor filled
+        # a build cache of its own: the user's is neither read nor filled
         os.environ["EDGEKIT_CACHE_DIR"] = str(Path(scratch) / "cache")
         from tests.corpus.harness import build_and_compare
         from tests.corpus.models import CORPUS
@@ -48,22 +58,28 @@ def main() -> None:
                              "failed_first": list(o.attempts)})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.markdown:
-        print("| model | family | target | lowering chosen | build (s) | max abs error vs "
-              "eager | lowering that failed first |")
-        print("|---|---|---|---|---|---|---|")
-        for r in rows:
-            first = "; ".join(f.split(":")[0] + ": " + _short(f) for f in r["failed_first"])
-            print(f"| {r['model']} | {r['family']} | {r['target']} | {r['lowering']} | "
-                  f"{r['build_s']} | {r['max_abs_error']:.1e} (outputs up to "
-                  f"{r['max_abs_output']:.1f}) | {first or '—'} |")
+        print(markdown(rows))
     else:
         print(json.dumps(rows, indent=1))
 
 
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | family | target | lowering chosen | build (s) | max abs error vs eager "
+             "| lowering that failed first (op, where in the model) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        first = "; ".join(_short(f) for f in r["failed_first"])
+        lines.append(f"| {r['model']} | {r['family']} | {r['target']} | {r['lowering']} | "
+                     f"{r['build_s']} | {r['max_abs_error']:.1e} (outputs up to "
+                     f"{r['max_abs_output']:.1f}) | {first or '—'} |")
+    return "\n".join(lines)
+
+
 def _short(failure: str) -> str:
-    """The op the lowering failed on, for a table cell."""
-    text = failure.split(": ", 1)[1] if ": " in failure else failure
-    return text.split(":")[0].replace("|", "/")
+    """'tosa: tosa.cast (aten.where.self @ encoder…, modeling_bert.py:192): reason' → the part
+    before the reason, for a table cell."""
+    head = failure.split("): ", 1)[0]
+    return (head + ")" if "(" in head else head).replace("|", "/")
 
 
 if __name__ == "__main__":

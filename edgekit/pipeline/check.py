@@ -166,10 +166,10 @@ def _with_ops(report: CheckReport, ops: list[OpModule], *, named: set[str], targ
     suspects = [op for op in ops if _norm(op.op) in named] if failed else []
     if failed and not suspects:
         suspects = list(ops)
+    checked: dict[str, OpStatus] = {}
     for i, op in enumerate(suspects, 1):
         say(f"op {i}/{len(suspects)}: {op.op}")
-    checked = {op.op: check_op(op.op, op.count, op.make, target, repro_root)
-               for op in suspects}
+        checked[op.op] = check_op(op.op, op.count, op.make, target, repro_root)
     for op in ops:
         status = checked.get(op.op) or OpStatus(op=op.op, count=op.count)
         if passed is not None:
