@@ -11,6 +11,7 @@ Each factory returns (model, example inputs); `CORPUS` says how to make held-out
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +43,7 @@ def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                        use_cache=False)
+                        use_cache=False, bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(config).eval(), (token_ids(0),)
 
 
@@ -173,7 +174,7 @@ class Entry:
     name: str
     family: str
     factory: str                          # attribute of this module
-    held_out: callable                    # seed → inputs the build never saw
+    held_out: Callable[[int], tuple[torch.Tensor, ...]]  # seed → inputs the build never saw
 
     @property
     def python(self) -> str:

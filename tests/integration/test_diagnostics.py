@@ -9,7 +9,7 @@ import torch
 from edgekit import BuildOptions, build, validate_local
 from edgekit.errors import LoweringError, ModelLoadError
 from tests.conftest import TINY
-from tests.corpus.models import Entry
+from tests.corpus.models import CORPUS
 from tests.integration.helpers import edgekit
 
 
@@ -34,7 +34,7 @@ def test_a_data_dependent_branch_is_one_line_naming_the_users_source_line(write_
 
 
 def test_a_tosa_compile_failure_names_op_module_path_source_line_and_reason(write_recipe):
-    bert = Entry("bert", "", "bert", None)
+    bert = next(e for e in CORPUS if e.name == "bert")
     recipe = write_recipe(f'name: bert-tosa\nmodel:\n  python: "{bert.python}"\n'
                           "lowering: tosa\n")
     with pytest.raises(LoweringError) as err:
