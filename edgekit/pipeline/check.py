@@ -117,6 +117,9 @@ def check_graph(frontend: Frontend, graph, model_path: str, target: Target,
     ops = frontend.op_modules(graph)
     scope = frontend.check_scope(graph, target, model_path)
     report.note = scope.note
+    if not scope.lowerings:  # the build refuses the model, whatever compiles: ops on their own
+        return _with_ops(report, ops, named=set(), target=target, repro_root=repro_root,
+                         say=say, passed=None, every_op=True)
     say(f"whole model: import ({len(ops)} op types)")
     try:
         imported = frontend.import_graph(graph)
@@ -158,13 +161,14 @@ def _whole_model_attempt(imported: ImportedGraph, lowering: str, target: Target
 
 
 def _with_ops(report: CheckReport, ops: list[OpModule], *, named: set[str], target: Target,
-              repro_root: Path, say: Progress, passed: str | None) -> CheckReport:
+              repro_root: Path, say: Progress, passed: str | None,
+              every_op: bool = False) -> CheckReport:
     """One row per op type: through `passed` (the lowering the whole model took) every op
     works; the op types that failures name are checked on their own; when a stage failed
     and named no op type of the graph, all of them are."""
     failed = bool(report.failures)
     suspects = [op for op in ops if _norm(op.op) in named] if failed else []
-    if failed and not suspects:
+    if (failed and not suspects) or every_op:
         suspects = list(ops)
     checked: dict[str, OpStatus] = {}
     for i, op in enumerate(suspects, 1):
