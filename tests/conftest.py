@@ -14,9 +14,10 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
 # Test tiers, by folder: `pytest -m unit` (pure logic and shims, under a minute), `local`
 # (device code on the local transport, real shims, seconds), `integration` (real torch-mlir and
 # IREE on tiny models), `device` (real sshd lab devices, arm64 under qemu), `faults` (faults
-# injected for real into deploys to lab devices).
+# injected for real into deploys to lab devices), `corpus` (real architectures — transformers'
+# BERT, DistilBERT, GPT-2 and in-tree CNNs/ViT — built for host and rpi4, compared with eager).
 TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
-         "device": "device", "lab": "device", "faults": "faults"}
+         "device": "device", "lab": "device", "faults": "faults", "corpus": "corpus"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -259,8 +259,11 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
     """Which operators of MODEL (.onnx, .pt2, recipe .yaml or module:factory) make it through
     import, TOSA, Linalg and the target's compiler. Exit 0 when the model can be built."""
     from edgekit.pipeline.check import run_check
-    with render.err.status("checking operators…"):
-        report = run_check(model, target, trust_pickle=trust_pickle)
+    with render.err.status("checking operators…") as status:
+        def progress(line: str) -> None:  # one line per step, on stderr (stdout may be JSON)
+            render.err.print(f"check: {line}", highlight=False, markup=False)
+            status.update(f"checking operators… {line}")
+        report = run_check(model, target, trust_pickle=trust_pickle, on_progress=progress)
     if as_json:
         from dataclasses import asdict
         render.emit_json({**asdict(report), "buildable": report.buildable})

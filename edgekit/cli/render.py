@@ -254,6 +254,8 @@ def check_table(report) -> None:
     whole = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in report.whole_model.items())
     if whole:
         out.print(f"whole model — {whole}")
+    for stage, line in report.failures.items():
+        out.print(f"whole model, {stage}: {line}", markup=False, highlight=False)
     if report.note:
         out.print(report.note)
     if report.chosen:

@@ -1,10 +1,13 @@
 """`edgekit check MODEL --target T`: which operators make it through import, TOSA, Linalg and
-the target's compiler — per operator type, on the smallest module that holds one instance of it.
+the target's compiler, and which lowering a build would use.
 
-The model's frontend names the op types (for ONNX the graph's node types; for PyTorch, the ATen
-ops of the exported graph) and cuts each out with its real input shapes (constant operands stay
-constants, so a Reshape keeps its shape); each is taken through the stages separately, so one
-unsupported op does not hide the others. A failing op's module is saved as its reproducer.
+The whole model goes first, as a build takes it: import once, then the target's lowerings in
+order until one lowers and compiles. When that works, every op is known to work through it and
+nothing is cut out (so `check` costs about one build). Only the ops that a failing stage names
+(the compiler's diagnostics, mapped back to the model's op types) are cut out, each with its
+real input shapes, and taken through the stages separately, so one unsupported op does not hide
+the others; a failing op's module is saved as its reproducer. When a failure names no op type,
+every op is checked on its own.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from edgekit.config.paths import cache_root
 from edgekit.config.profiles import Target, load_target
 from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.pipeline.cache import cache_key
-from edgekit.pipeline.frontends.base import Frontend
+from edgekit.pipeline.frontends.base import Frontend, OpModule
 from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.lower import ImportedGraph, save_reproducer
 from edgekit.toolchain import iree, torch_mlir
+
+Progress = Callable[[str], None]
 
 
 @dataclass
@@ -49,6 +54,8 @@ class CheckReport:
     target: str
     ops: list[OpStatus] = field(default_factory=list)
     whole_model: dict[str, bool] = field(default_factory=dict)  # lowering → lowers+compiles
+    # stage ("import", or the lowering) → the whole model's failure there, in one line
+    failures: dict[str, str] = field(default_factory=dict)
     chosen: str | None = None          # what `lowering: auto` would use
     note: str = ""                     # quantized ONNX models: the path they take, or refusal
 
@@ -102,49 +109,104 @@ def check_op(name: str, count: int, make_module, target: Target, repro_root: Pat
 
 
 def check_graph(frontend: Frontend, graph, model_path: str, target: Target,
-                repro_root: Path) -> CheckReport:
-    """Each op type of the frontend's graph, then the whole model through the lowerings a
-    build would try."""
+                repro_root: Path, on_progress: Progress | None = None) -> CheckReport:
+    """The whole model through the lowerings a build would try, then, separately, only the op
+    types that a failing stage names."""
+    say = on_progress or (lambda _: None)
     report = CheckReport(model=model_path, kind=frontend.kind, target=target.name)
-    for op in frontend.op_modules(graph):
-        report.ops.append(check_op(op.op, op.count, op.make, target, repro_root))
+    ops = frontend.op_modules(graph)
     scope = frontend.check_scope(graph, target, model_path)
     report.note = scope.note
-    if not scope.lowerings:  # the build refuses the model, whatever compiles
-        return report
-    return _with_whole_model(report, lambda: frontend.import_graph(graph), target,
-                             scope.lowerings)
+    if not scope.lowerings:  # the build refuses the model, whatever compiles: ops on their own
+        return _with_ops(report, ops, named=set(), target=target, repro_root=repro_root,
+                         say=say, passed=None, every_op=True)
+    say(f"whole model: import ({len(ops)} op types)")
+    try:
+        imported = frontend.import_graph(graph)
+    except torch_mlir.LowerFailure as failure:
+        report.failures["import"] = torch_mlir.diagnose(failure.diagnostics).line()
+        save_reproducer(repro_root / "whole-model" / "import", None, failure.diagnostics)
+        report.whole_model = {lw: False for lw in scope.lowerings}
+        return _with_ops(report, ops, named=_named_ops(failure.diagnostics), target=target,
+                         repro_root=repro_root, say=say, passed=None)
+    named: set[str] = set()
+    for lowering in scope.lowerings:
+        say(f"whole model: {lowering}")
+        text, module = _whole_model_attempt(imported, lowering, target)
+        report.whole_model[lowering] = text is None
+        if text is None:
+            report.chosen = lowering
+            break
+        report.failures[lowering] = torch_mlir.diagnose(text, module).line()
+        save_reproducer(repro_root / "whole-model" / lowering, module, text)
+        named |= _named_ops(text, module)
+    return _with_ops(report, ops, named=named, target=target, repro_root=repro_root, say=say,
+                     passed=report.chosen)
 
 
-def _with_whole_model(report: CheckReport, make_module: Callable[[], ImportedGraph],
-                      target: Target, lowerings: tuple[str, ...]) -> CheckReport:
-    """Fill in the whole-model verdict per lowering and what `lowering: auto` would use."""
-    report.whole_model = _whole_model(make_module, target, lowerings)
-    report.chosen = next((lw for lw in lowerings if report.whole_model.get(lw)), None)
+def _whole_model_attempt(imported: ImportedGraph, lowering: str, target: Target
+                         ) -> tuple[str | None, bytes | None]:
+    """(None, module) when the lowering lowers and compiles; else (diagnostics, the module
+    that failed: the lowered one for a compile failure, the import for a lowering's)."""
+    try:
+        lowered = imported.lowered(lowering)
+    except torch_mlir.LowerFailure as failure:
+        return failure.diagnostics, imported.torch_bytecode
+    try:
+        iree.compile_bytes(lowered.module, iree.compile_flags(
+            target, lowering, input_type=lowered.input_type))
+    except iree.CompileFailure as failure:
+        return failure.diagnostics, lowered.module
+    return None, lowered.module
+
+
+def _with_ops(report: CheckReport, ops: list[OpModule], *, named: set[str], target: Target,
+              repro_root: Path, say: Progress, passed: str | None,
+              every_op: bool = False) -> CheckReport:
+    """One row per op type: through `passed` (the lowering the whole model took) every op
+    works; the op types that failures name are checked on their own; when a stage failed
+    and named no op type of the graph, all of them are."""
+    failed = bool(report.failures)
+    suspects = [op for op in ops if _norm(op.op) in named] if failed else []
+    if (failed and not suspects) or every_op:
+        suspects = list(ops)
+    checked: dict[str, OpStatus] = {}
+    for i, op in enumerate(suspects, 1):
+        say(f"op {i}/{len(suspects)}: {op.op}")
+        checked[op.op] = check_op(op.op, op.count, op.make, target, repro_root)
+    for op in ops:
+        status = checked.get(op.op) or OpStatus(op=op.op, count=op.count)
+        if passed is not None:
+            status.imported = status.imported if op.op in checked else True
+            if passed in ("tosa", "linalg") and getattr(status, passed) is None:
+                setattr(status, passed, True)
+            status.compiled = True if op.op not in checked else status.compiled
+        report.ops.append(status)
     return report
 
 
-def _whole_model(make_module: Callable[[], ImportedGraph], target: Target,
-                 lowerings: tuple[str, ...]) -> dict[str, bool]:
-    """Does the whole model lower and compile through each lowering, as the build takes it?"""
-    result: dict[str, bool] = {}
-    try:
-        imported = make_module()
-    except torch_mlir.LowerFailure:
-        return {lw: False for lw in lowerings}
-    for lowering in lowerings:
-        try:
-            lowered = imported.lowered(lowering)
-            iree.compile_bytes(lowered.module, iree.compile_flags(
-                target, lowering, input_type=lowered.input_type))
-            result[lowering] = True
-        except (torch_mlir.LowerFailure, iree.CompileFailure):
-            result[lowering] = False
-    return result
+def _named_ops(text: str, module: bytes | None = None) -> set[str]:
+    """The op types that a failure's error lines name: MLIR ops (`torch.aten.acos`) and the
+    ATen ops the importer named the locations after (`aten.where.self @ encoder.layer.0`)."""
+    names = {_norm(op) for op in torch_mlir.ops_in(text)}
+    for line in text.splitlines():
+        if "error" not in line:
+            continue
+        where = torch_mlir.diagnose(line, module).where
+        names |= {_norm(n) for n in re.findall(r"(aten\.[\w.]+) @", where)}
+    return names
+
+
+def _norm(op: str) -> str:
+    """`aten::max_pool2d_with_indices`, `torch.aten.max_pool2d_with_indices`,
+    `aten.max_pool2d_with_indices.default`, ONNX `MaxPool2d`… → one spelling to compare."""
+    name = op.lower()
+    for prefix in ("torch.", "aten::", "aten.", "onnx."):
+        name = name[len(prefix):] if name.startswith(prefix) else name
+    return name.split(".")[0]
 
 
 _LEGALIZE = re.compile(r"failed to legalize operation '([\w.]+)'(?:[^\n]*?\"(onnx\.\w+)\")?")
-_LOC = re.compile(r"^(?:loc\([^)]*\)|[^\s:]+:\d+:\d+):\s*(?:error:\s*)?")
 
 
 def _first_line(text: str) -> str:
@@ -152,9 +214,7 @@ def _first_line(text: str) -> str:
     legalize = _LEGALIZE.search(text)
     if legalize:
         return f"no lowering for {legalize.group(2) or legalize.group(1)}"
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    line = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "failed")
-    return _LOC.sub("", line)[:160]
+    return torch_mlir.diagnose(text).line()
 
 
 def fresh_repro_dir(base: Path) -> Path:
@@ -170,7 +230,7 @@ _SOURCE_BY_SUFFIX = {".onnx": "onnx", ".pt2": "exported"}
 
 
 def run_check(model: str, target_name: str = "host", out: Path | None = None,
-              trust_pickle: bool = False) -> CheckReport:
+              trust_pickle: bool = False, on_progress: Progress | None = None) -> CheckReport:
     """MODEL: an .onnx or .pt2 file, a recipe .yaml, or 'package.module:factory'. A .pt2 is
     loaded only with `trust_pickle` (or the recipe's `model.trust_pickle`): it is unpickled."""
     target = load_target(target_name)
@@ -185,7 +245,8 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None,
         recipe = recipe.trusting_pickle()
     frontend = frontend_for(recipe.model)
     graph, digest = frontend.graph_to_check(recipe)
-    return remember(check_graph(frontend, graph, model, target, repro), digest, target)
+    return remember(check_graph(frontend, graph, model, target, repro, on_progress), digest,
+                    target)
 
 
 def _store(digest: str, target: Target) -> Path:

@@ -80,11 +80,15 @@ def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModu
     except torch_mlir.LowerFailure as failure:
         reproducer_dir.mkdir(parents=True, exist_ok=True)
         (reproducer_dir / "diagnostics.txt").write_text(failure.diagnostics)
+        diagnosis = torch_mlir.diagnose(failure.diagnostics)
         raise LoweringError(
-            _ops_sentence(failure.ops, "torch-mlir could not import the model"),
+            _ops_sentence(failure.ops, "torch-mlir could not import the model") +
+            f": {diagnosis.line()}",
             stage=f"import (torch-mlir {exported.frontend.importer} importer)", ops=failure.ops,
             reproducer=str(reproducer_dir),
-            hint="rewrite or decompose the op in the model before export") from None
+            hint="rewrite or decompose the op in the model before export" if failure.ops else
+                 f"the importer failed on the program, not on an op: see "
+                 f"{reproducer_dir / 'diagnostics.txt'}") from None
 
 
 def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
@@ -105,7 +109,8 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         try:
             lowered = imported.graph.lowered(lowering)
         except torch_mlir.LowerFailure as failure:
-            attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics))
+            attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics,
+                                    imported.graph.torch_bytecode))
             save_reproducer(reproducer_dir / lowering, imported.graph.torch_bytecode,
                              failure.diagnostics,
                              "torch-mlir-opt -pass-pipeline='builtin.module(torch-backend-to-"
@@ -119,7 +124,8 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         try:
             iree.compile_module(source, output, flags)
         except iree.CompileFailure as failure:
-            attempts.append(_failed(lowering, "compile", failure.ops, failure.diagnostics))
+            attempts.append(_failed(lowering, "compile", failure.ops, failure.diagnostics,
+                                    lowered.module))
             save_reproducer(reproducer_dir / lowering, lowered.module, failure.diagnostics,
                              shlex.join(["iree-compile", "input.mlirbc", *flags,
                                          "-o", "module.vmfb"]))
@@ -178,11 +184,15 @@ def _census(types: list[tuple[str, tuple[str, ...]]]) -> ContractionCensus:
     return ContractionCensus(**counts, examples=tuple(examples))
 
 
-def _failed(lowering: str, stage: str, ops: tuple[str, ...], diagnostics: str) -> LoweringAttempt:
-    lines = [ln for ln in diagnostics.strip().splitlines() if ln.strip()]
-    first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "failed")
-    return LoweringAttempt(lowering=lowering, ok=False, stage=stage, ops=ops,
-                           error=first.strip()[:300])
+def _failed(lowering: str, stage: str, ops: tuple[str, ...], diagnostics: str,
+            module: bytes | None = None) -> LoweringAttempt:
+    """The attempt's error is one line: the op, where it came from in the model, the
+    compiler's reason (never a `loc(callsite(…` chain); every op an error names is listed."""
+    diagnosis = torch_mlir.diagnose(diagnostics, module)
+    named = tuple(dict.fromkeys((*([diagnosis.op] if diagnosis.op else []), *ops,
+                                 *torch_mlir.ops_in(diagnostics))))
+    return LoweringAttempt(lowering=lowering, ok=False, stage=stage, ops=named,
+                           error=diagnosis.line())
 
 
 def save_reproducer(directory: Path, module: bytes | None, diagnostics: str,
@@ -201,8 +211,7 @@ def save_reproducer(directory: Path, module: bytes | None, diagnostics: str,
 
 def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path) -> LoweringError:
     ops = tuple(dict.fromkeys(op for a in attempts for op in a.ops))
-    stages = ", ".join(f"{a.lowering}: {a.stage}" + (f" ({', '.join(a.ops)})" if a.ops else
-                                                      f" ({_first_error_line(a.error)})")
+    stages = "; ".join(f"{a.lowering}: {a.stage}: {_first_error_line(a.error)}"
                        for a in attempts)
     tried = [a.lowering for a in attempts]
     others = [lw for lw in ("tosa", "linalg", "torch") if lw not in tried]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 
 import torch
 
@@ -32,20 +33,75 @@ def _decompositions() -> dict:
             if "native_layer_norm" not in str(op)}
 
 
-def import_program(program: torch.export.ExportedProgram) -> bytes:
-    """ExportedProgram → torch-backend MLIR bytecode (weights inlined as resources)."""
+def decompose(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """The program as torch-mlir imports it: a decomposed copy (the ATen ops `check` lists)."""
+    return program.run_decompositions(_decompositions())
+
+
+def import_program(program: torch.export.ExportedProgram,
+                   decomposed: torch.export.ExportedProgram | None = None) -> bytes:
+    """ExportedProgram → torch-backend MLIR bytecode (weights inlined as resources).
+    `decomposed`: `decompose(program)` when the caller made it already (it is consumed: the
+    import replaces its weight placeholders with the tensors)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
     context, diagnostics = _context_collecting_diagnostics()
     try:
+        decomposed = _with_all_state(decomposed if decomposed is not None else
+                                     decompose(program))
         importer = FxImporter(context=context, hooks=_weights_as_raw_bytes())
-        module = fx.export_and_import(program, output_type="torch", func_name="main",
-                                      fx_importer=importer,
-                                      decomposition_table=_decompositions())
+        _name_locations(importer)
+        module = fx.export_and_import(decomposed, output_type="torch", func_name="main",
+                                      fx_importer=importer, decomposition_table={})
     except Exception as exc:  # torch-mlir raises bare Exceptions; translate them here
-        text = "\n".join(diagnostics) or str(exc)
-        raise LowerFailure(_ops_in(text), text) from None
+        text = "\n".join(diagnostics) or f"error: {type(exc).__name__}: {exc}"
+        raise LowerFailure(ops_in(text), text) from None
     return _bytecode(module)
+
+
+def _name_locations(importer) -> None:
+    """Every op's MLIR location named after its FX node: `aten op @ module.path`, around the
+    source location torch-mlir gives it. A compiler's diagnostic then says where in the model
+    the op it refuses came from, through every lowering (locations travel with rewritten ops).
+    """
+    from torch_mlir.extras.fx_importer import ContextCache
+    from torch_mlir.ir import Location
+
+    class NamedLocations(ContextCache):
+        def get_node_location(self, node):
+            loc = super().get_node_location(node)
+            if node.op != "call_function":
+                return loc
+            stack = node.meta.get("nn_module_stack") or {}
+            path = next(reversed(stack.values()))[0] if stack else ""
+            name = f"{_op_name(node)} @ {path or 'forward'}"
+            return Location.name(name, childLoc=loc, context=self._c) if loc is not None \
+                else Location.name(name, context=self._c)
+
+    importer._cc = NamedLocations(importer._c, py_attr_tracker=importer._py_attr_tracker)
+
+
+def _op_name(node) -> str:
+    """`aten.conv2d` for torch.ops.aten.conv2d.default; the target's name otherwise."""
+    name = str(node.target)
+    return name[: -len(".default")] if name.endswith(".default") else name
+
+
+def _with_all_state(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """The program (a copy made by run_decompositions) with its non-persistent buffers in its
+    state dict as well, where torch-mlir's frozen import looks every buffer up.
+
+    torch.export keeps `register_buffer(..., persistent=False)` tensors (e.g. every
+    `transformers` BERT's position_ids) in `constants`, not `state_dict`; torch-mlir then stops
+    with "Could not find state mapping for buffer" (llvm/torch-mlir#4744). Lifted tensor
+    constants it already reads from `constants`.
+    """
+    buffers = program.graph_signature.inputs_to_buffers.values()
+    missing = {name: program.constants[name] for name in buffers
+               if name not in program.state_dict and name in program.constants}
+    if missing:
+        program._state_dict = {**program.state_dict, **missing}
+    return program
 
 
 def import_onnx(model) -> bytes:
@@ -72,7 +128,7 @@ def import_onnx_both(model) -> tuple[bytes, bytes]:
             PassManager.parse("builtin.module(torch-onnx-to-torch-backend-pipeline)").run(module)
     except Exception as exc:  # the importer raises bare Exceptions; translate them here
         text = "\n".join(diagnostics) or str(exc)
-        raise LowerFailure(_ops_in(text), text) from None
+        raise LowerFailure(ops_in(text), text) from None
     return onnx_form, _bytecode(module)
 
 
@@ -128,7 +184,7 @@ def lower(torch_bytecode: bytes, lowering: str) -> bytes:
             lower_mlir_module(False, OutputType.get(OUTPUT_TYPE[lowering]), module)
         except Exception as exc:  # torch-mlir raises bare Exceptions; translate them here
             text = "\n".join(diagnostics) or str(exc)
-            raise LowerFailure(_ops_in(text), text) from None
+            raise LowerFailure(ops_in(text), text) from None
         return _bytecode(module)
 
 
@@ -142,20 +198,24 @@ def _context_collecting_diagnostics():
     diagnostics: list[str] = []
 
     def collect(diagnostic) -> bool:
-        diagnostics.append(f"{diagnostic.location}: {diagnostic.message}")
+        severity = str(diagnostic.severity).rsplit(".", 1)[-1].lower()
+        diagnostics.append(f"{diagnostic.location}: {severity}: {diagnostic.message}")
+        diagnostics.extend(f"{note.location}: note: {note.message}" for note in diagnostic.notes)
         return True
 
     context.attach_diagnostic_handler(collect)
     return context, diagnostics
 
 
-def to_text(bytecode: bytes) -> str:
+def to_text(bytecode: bytes, debug_info: bool = False) -> str:
     """Generic-form MLIR text of a bytecode module (for reproducers people can read)."""
     from torch_mlir import ir
     context, _ = _context_collecting_diagnostics()
     with context:
         module = ir.Module.parse(bytecode)
-        return module.operation.get_asm(print_generic_op_form=True, large_elements_limit=16)
+        return module.operation.get_asm(print_generic_op_form=True, large_elements_limit=16,
+                                        enable_debug_info=debug_info,
+                                        use_local_scope=debug_info)
 
 
 def _bytecode(module) -> bytes:
@@ -164,14 +224,82 @@ def _bytecode(module) -> bytes:
     return buffer.getvalue()
 
 
+# --- diagnostics: what failed, where in the model, and the compiler's reason, in one line -----
+
+_ERROR = re.compile(r"^(?P<loc>.*?):?\s*error:\s*(?P<msg>.*)$|^(?P<loc2>loc\(.*?\)): (?P<msg2>.*)$")
+_NAMED = re.compile(r'loc\("(?P<name>[^"]+ @ [^"]+)"')
+_FILE_LINE = re.compile(r'"?(?P<file>[^"\s()]+\.py)"?:(?P<line>\d+)')
+_MLIR_OP = re.compile(r"'((?:tosa|linalg|torch|arith|tensor|func|flow|stream|hal|iree\w*|onnx|"
+                      r"math|vector|memref|scf|util)\.[\w.]+)' op\b")
+
+
+class Diagnosis:
+    """A compiler failure in one line: the op it refused, where that op came from in the model
+    (`aten op @ module.path`, and the source line), and the compiler's own reason."""
+
+    def __init__(self, op: str, where: str, reason: str):
+        self.op, self.where, self.reason = op, where, reason
+
+    def line(self) -> str:
+        head = " ".join(filter(None, (self.op, f"({self.where})" if self.where else "")))
+        return f"{head}: {self.reason}" if head else self.reason
+
+
+def diagnose(text: str, module: bytes | None = None) -> Diagnosis:
+    """The first error of `text` (torch-mlir's or iree-compile's diagnostics). iree-compile
+    prints only file:line locations; with the `module` it read, they are mapped back to the
+    named locations the importer gave the ops."""
+    for raw in text.splitlines():
+        match = _ERROR.match(raw.strip())
+        if not match:
+            continue
+        loc = match.group("loc") or match.group("loc2") or ""
+        message = (match.group("msg") or match.group("msg2") or "").strip()
+        op = _MLIR_OP.search(message)
+        legalize = re.search(r"failed to legalize operation '([\w.]+)'", message)
+        op_name = (legalize or op).group(1) if (legalize or op) else ""
+        return Diagnosis(op_name, _where(loc, module), _clip(message))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return Diagnosis("", "", _clip(lines[0] if lines else "failed, with no diagnostics"))
+
+
+def _where(loc: str, module: bytes | None) -> str:
+    named = _NAMED.search(loc)
+    source = _FILE_LINE.search(loc)
+    line = f"{Path(source.group('file')).name}:{source.group('line')}" if source else ""
+    name = named.group("name") if named else None
+    if name is None and source and module is not None:
+        name = location_names(module).get(f"{source.group('file')}:{source.group('line')}")
+    return ", ".join(filter(None, (name, line)))
+
+
+def location_names(module: bytes) -> dict[str, str]:
+    """file:line → the first `aten op @ module.path` the importer named at that line."""
+    text = to_text(module, debug_info=True)
+    names: dict[str, str] = {}
+    for match in re.finditer(r'loc\("([^"]+ @ [^"]+)"\((?:callsite\()?"([^"]+)":(\d+)', text):
+        names.setdefault(f"{match.group(2)}:{match.group(3)}", match.group(1))
+    return names
+
+
+def _clip(message: str, limit: int = 240) -> str:
+    message = re.sub(r":\s*%[\w#]+ = .*$", "", message)  # the op's printed form, not a reason
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
 _OP = re.compile(r"(?:failed to legalize operation |unsupported op |op )'?((?:torch|tosa|aten)"
                  r"\.[\w.]+)'?|\"(onnx\.\w+)\"")
 
 
-def _ops_in(text: str) -> tuple[str, ...]:
+def ops_in(text: str) -> tuple[str, ...]:
     ops: list[str] = []
     for groups in _OP.findall(text):
         name = next(g for g in groups if g)
         if name not in ops:
             ops.append(name)
+    for line in text.splitlines():  # "'tosa.cast' op is not profile-aligned: …"
+        if "error" in line:
+            for name in _MLIR_OP.findall(line):
+                if name not in ops:
+                    ops.append(name)
     return tuple(ops)

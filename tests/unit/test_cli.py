@@ -81,3 +81,14 @@ def test_an_edgekit_error_is_its_message_and_with_debug_also_the_traceback():
     assert debug.stderr.startswith(plain.stderr.rstrip("\n"))
     assert "Traceback (most recent call last)" in debug.stderr
     assert "edgekit.errors.ConfigError" in debug.stderr
+
+
+def test_python_dash_m_edgekit_is_the_edgekit_command():
+    via_module = subprocess.run([sys.executable, "-m", "edgekit", "targets", "list", "--json"],
+                                capture_output=True, text=True, timeout=120)
+    via_cli = edgekit("targets", "list", "--json")
+    assert via_module.returncode == 0, via_module.stderr
+    assert json.loads(via_module.stdout) == json.loads(via_cli.stdout)
+    wrong = subprocess.run([sys.executable, "-m", "edgekit", "no-such-command"],
+                           capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and "No such command" in wrong.stderr

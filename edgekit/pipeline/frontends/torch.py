@@ -4,8 +4,13 @@ rewrites; torch-mlir's FX importer."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
+import io
+import logging
+import re
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -55,14 +60,12 @@ class TorchFrontend(Frontend[Program]):
             run = program.module()
         else:
             try:
-                program = torch.export.export(loaded.model, args,
-                                              dynamic_shapes=dynamic_shapes(recipe))
+                with _torch_quiet() as said:
+                    program = torch.export.export(loaded.model, args,
+                                                  dynamic_shapes=dynamic_shapes(recipe))
             except Exception as exc:  # torch.export raises many kinds; all mean "cannot export"
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else \
-                    type(exc).__name__
-                raise ModelLoadError(f"torch.export failed: {first}", where="stage export",
-                                     hint="the model must be traceable by torch.export "
-                                          "(no data-dependent Python control flow)") from None
+                raise export_failure(exc) from None
+            sys.stderr.write(said.getvalue())  # a successful export's warnings still show
             run = loaded.model
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
         return self.exported(program, run, tuple(loaded.samples), loaded.input_names, shapes)
@@ -94,8 +97,15 @@ class TorchFrontend(Frontend[Program]):
                 ) -> ExportedModel[Program]:
         return rewrite_graph(exported, flags)
 
+    def __init__(self):
+        # `check` lists the decomposed program's ops, then imports it: decomposing once saves
+        # seconds on a large model (ResNet-50: ~5 s). One slot, emptied by the import.
+        self._decomposed: tuple[Program, Program] | None = None
+
     def import_graph(self, graph: Program) -> ImportedGraph:
-        return ImportedGraph(torch_mlir.import_program(graph))
+        cached, self._decomposed = self._decomposed, None
+        decomposed = cached[1] if cached is not None and cached[0] is graph else None
+        return ImportedGraph(torch_mlir.import_program(graph, decomposed))
 
     def graph_to_check(self, recipe: Recipe) -> tuple[Program, str]:
         exported = self.export(recipe, self.load(recipe))
@@ -103,8 +113,11 @@ class TorchFrontend(Frontend[Program]):
 
     def op_modules(self, graph: Program) -> list[OpModule]:
         """The ATen ops of the graph as torch-mlir's import decomposes it."""
-        decomposed = graph.run_decompositions(torch_mlir._decompositions())
-        nodes = [n for n in decomposed.graph.nodes if n.op == "call_function"]
+        decomposed = torch_mlir.decompose(graph)
+        self._decomposed = (graph, decomposed)
+        # ATen ops only: getitem and other structural nodes are no ops of their own
+        nodes = [n for n in decomposed.graph.nodes if n.op == "call_function"
+                 and isinstance(n.target, torch._ops.OpOverload)]
         counts = Counter(_op_name(n) for n in nodes)
         first: dict[str, torch.fx.Node] = {}
         for n in nodes:
@@ -114,6 +127,46 @@ class TorchFrontend(Frontend[Program]):
 
     def check_scope(self, graph: Program, target: Target, where: str) -> CheckScope:
         return CheckScope(tuple(target.lowering))
+
+
+@contextlib.contextmanager
+def _torch_quiet():
+    """torch.export's failures print pages on stderr (the partial graph, symbolic-shape
+    warnings) besides the exception: hold them, so a failure is the one line we make of it."""
+    names = ["torch", *(n for n in logging.root.manager.loggerDict if n.startswith("torch."))]
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
+    for logger, _ in saved:
+        logger.setLevel(logging.ERROR)
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield held
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+
+
+_USER_FRAME = re.compile(r'The following call raised this error:\s*\n\s*File "([^"]+)", '
+                         r'line (\d+), in \w+\n\s*(.+)')
+
+
+def export_failure(exc: Exception) -> ModelLoadError:
+    """torch.export's error in one line: its first sentence (a data-dependent guard's symbolic
+    expression clipped) and the user's source line that raised it, not torch's page."""
+    text = str(exc).strip()
+    first = text.splitlines()[0].strip() if text else type(exc).__name__
+    if len(first) > 200:
+        first = first[:199] + "…"
+    frame = _USER_FRAME.search(text)
+    where = f"{frame.group(1)}:{frame.group(2)}" if frame else "stage export"
+    code = f" (`{frame.group(3).strip()}`)" if frame else ""
+    data_dependent = "data-dependent" in text or "GuardOnDataDependent" in type(exc).__name__
+    return ModelLoadError(
+        f"torch.export failed: {first}{code}", where=where,
+        hint="the value depends on the input's data: compute both branches and pick with "
+             "torch.where, or use torch.cond, instead of Python control flow on a tensor"
+        if data_dependent else "the model must be traceable by torch.export (see "
+                               "https://pytorch.org/docs/stable/export.html)")
 
 
 def _call_factory(recipe: Recipe, spec: str):
