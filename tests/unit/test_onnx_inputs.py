@@ -108,3 +108,36 @@ def test_random_arrays_have_the_dtype_asked_for():
     for name in typing.get_args(DType):
         array = random_array(name, (2, 3), rng)
         assert array.dtype == numpy_dtype(name) and array.shape == (2, 3)
+
+
+def test_outputs_the_runtime_cannot_write_are_refused_naming_them():
+    from edgekit.pipeline.frontends.onnx_source import check_outputs
+    model = graph([helper.make_node("Cast", ["x"], ["y"], to=T.BFLOAT16)],
+                  [info("x", T.FLOAT, [2])], [info("y", T.BFLOAT16, [2])])
+    with pytest.raises(ModelLoadError, match="output 'y' is of type bfloat16"):
+        check_outputs(model)
+    check_outputs(graph([], [info("x", T.UINT16, [2])], [info("x", T.UINT16, [2])]))
+
+
+def test_an_index_that_reaches_its_indexer_through_an_unsqueeze_is_still_an_index():
+    # NegativeLogLikelihoodLoss expanded: target [N] → Unsqueeze → GatherElements on [N, C]
+    model = graph([helper.make_node("Unsqueeze", ["target", "one"], ["t"]),
+                   helper.make_node("GatherElements", ["scores", "t"], ["y"], axis=1)],
+                  [info("scores", T.FLOAT, [3, 5]), info("target", T.INT64, [3])],
+                  initializers=[numpy_helper.from_array(np.array([1]), "one")])
+    rng = np.random.default_rng(0)
+    fitted = fit_to_roles(model, {"target": np.full(3, 50)}, input_roles(model), rng)
+    assert fitted["target"].max() < 5
+
+
+def test_onnxruntime_messages_lose_their_cpp_source_line_and_signature():
+    from edgekit.pipeline.frontends.onnx_source import _line
+    raw = ("[ONNXRuntimeError] : 1 : FAIL : Load model from m.onnx failed:/onnxruntime_src/"
+           "onnxruntime/core/graph/model.cc:256 onnxruntime::Model::Model(onnx::ModelProto&&, "
+           "const onnxruntime::ModelOptions&) Unsupported model IR version: 14, max supported "
+           "IR version: 13\n")
+    assert _line(RuntimeError(raw)) == "Unsupported model IR version: 14, max supported IR " \
+                                       "version: 13"
+    ran = ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while "
+           "running Gather node. Name:'' Status Message: indices element out of data bounds")
+    assert _line(RuntimeError(ran)) == "Gather: indices element out of data bounds"

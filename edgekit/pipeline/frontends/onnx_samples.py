@@ -35,8 +35,9 @@ class Role:
 _INDEX = {("Gather", 1): "axis", ("GatherElements", 1): "axis", ("ScatterElements", 1): "axis",
           ("Scatter", 1): "axis", ("GatherND", 1): "nd", ("ScatterND", 1): "nd",
           ("RoiAlign", 2): "batch", ("OneHot", 0): "depth", ("ReverseSequence", 1): "seq",
-          ("MaxUnpool", 1): "flat"}
-_AXES = {("CumSum", 1)} | {(op, 1) for op in (
+          ("MaxUnpool", 1): "flat", ("NegativeLogLikelihoodLoss", 1): "class",
+          ("SoftmaxCrossEntropyLoss", 1): "class"}
+_AXES = {("CumSum", 1), ("CumProd", 1)} | {(op, 1) for op in (
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
 _NONZERO = {("Div", 1), ("Mod", 1)}
@@ -51,22 +52,38 @@ _SHAPE = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Resize", 1), ("Resize", 
 # Scatters with repeated indices write one place twice: which write wins is unspecified, so the
 # module and the reference may both be right and still differ. Their indices are drawn distinct.
 _DISTINCT = {"ScatterElements", "Scatter", "ScatterND"}
+# Ops that pass their first input's values on unchanged (only moved or retyped): an index that
+# reaches an indexer through them is still an index (NLLLoss expanded: target → Unsqueeze →
+# GatherElements).
+_CARRIERS = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Transpose",
+             "Expand"}
 
 
 def input_roles(model) -> dict[str, Role]:
     """The role of each graph input some node reads as indices, axes, a divisor or a shape
     (the first such reader decides; a shape role wins over the others)."""
     inputs = {v.name for v in model.graph.input} - {t.name for t in model.graph.initializer}
-    roles: dict[str, Role] = {}
+    readers: dict[str, list] = {}
     for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        for position, name in enumerate(node.input):
-            if name not in inputs:
-                continue
-            role = _role(node, position)
-            if role and (name not in roles or role.kind == "shape"):
-                roles[name] = role
+        if node.domain in ("", "ai.onnx"):
+            for position, name in enumerate(node.input):
+                readers.setdefault(name, []).append((node, position))
+    roles: dict[str, Role] = {}
+    for name in inputs:
+        reached, frontier = {name}, [name]
+        for _ in range(4):              # carriers followed up to 4 deep
+            following = []
+            for tensor in frontier:
+                for node, position in readers.get(tensor, ()):
+                    role = _role(node, position)
+                    # GatherND-style coordinates lie along the last axis: only when read as is
+                    carried = role and (tensor == name or role.nd < 0)
+                    if carried and (name not in roles or role.kind == "shape"):
+                        roles[name] = role
+                    if node.op_type in _CARRIERS and position == 0:
+                        following += [o for o in node.output if o not in reached]
+            reached.update(following)
+            frontier = following
     return roles
 
 
@@ -88,6 +105,8 @@ def _role(node, position: int) -> Role | None:
         return Role("index", op, data=node.input[0], axis=_attr(node, "axis", 0))
     if how == "nd":
         return Role("index", op, data=node.input[0], nd=_attr(node, "batch_dims", 0))
+    if how == "class":                        # class ids: the input's dimension 1
+        return Role("index", op, data=node.input[0], axis=1)
     if how == "batch":
         return Role("index", op, data=node.input[0], axis=0)
     if how == "seq":

@@ -61,8 +61,8 @@ def opset_of(model) -> int:
 def _upgraded(model, where: str, notes: list[str]):
     import onnx
     opset = opset_of(model)
-    if opset >= UPGRADE_TO:
-        return model
+    if opset >= UPGRADE_TO or not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        return model       # new enough, or no standard ops (e.g. only ai.onnx.ml) to upgrade
     if opset < MIN_OPSET:
         raise ModelLoadError(f"opset {opset} is older than {MIN_OPSET}, the oldest "
                              "onnx.version_converter upgrades", where=where,
@@ -100,7 +100,23 @@ def _line(exc: BaseException, limit: int = 200) -> str:
     # "Non-zero status code returned while running Tile node. Name:'' Status Message: …"
     text = re.sub(r"Non-zero status code returned while running (\w+) node\. "
                   r"Name:'[^']*' Status Message: ", r"\1: ", text)
+    text = _without_cpp_signature(text)
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _without_cpp_signature(text: str) -> str:
+    """onnxruntime's 'Load model from m.onnx failed:/onnxruntime_src/….cc:256
+    onnxruntime::Model::Model(onnx::ModelProto&&, …) Unsupported model IR version: 14, …' as
+    'Unsupported model IR version: 14, …' (the C++ source line and signature say nothing to a
+    user)."""
+    found = re.search(r"(?:Load model from \S+ failed:)?/onnxruntime_src/\S+:\d+ [^(\s]*\(", text)
+    if not found:
+        return text
+    depth, end = 1, found.end()
+    while end < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        end += 1
+    return (text[:found.start()] + text[end:].lstrip()).strip() or text
 
 
 # --- types -------------------------------------------------------------------------------------
@@ -170,13 +186,20 @@ def onnx_inputs(model, where: str = "model inputs"
 
 
 def check_outputs(model, where: str = "model outputs") -> None:
-    """Every graph output is a tensor of a type a .npy holds (a one-line refusal otherwise)."""
+    """Every graph output is a tensor of a type the runtime writes to a .npy (a one-line
+    refusal otherwise)."""
     for value in model.graph.output:
         if value.type.WhichOneof("value") != "tensor_type":
             raise ModelLoadError(f"output {value.name!r} is {_value_kind(value)}, which edgekit "
                                  "cannot give back (outputs are tensors)", where=where,
                                  hint="make the model return tensors")
-        element_dtype(value.type.tensor_type.elem_type, f"output {value.name!r}", where)
+        dtype = element_dtype(value.type.tensor_type.elem_type, f"output {value.name!r}", where)
+        if dtype.startswith(("bfloat16", "float8")):
+            # iree-run-module: "numpy_io.c: UNIMPLEMENTED; unsupported data encoding"
+            raise ModelLoadError(
+                f"output {value.name!r} is of type {dtype}, which IREE's runtime cannot write "
+                "to the .npy files validation reads (it takes it as an input)", where=where,
+                hint=f"end the graph with a Cast of {value.name!r} to float32")
 
 
 def onnx_digest(model) -> str:
