@@ -142,7 +142,8 @@ def validation_table(report: ValidationReport) -> None:
                       f"{c.max_rel_error:.3g}", f"{c.cosine:.6f}", top1, result)
     out.print(table)
     verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
-    out.print(f"{verdict} ({report.seconds * 1000:.1f} ms run)")
+    samples = f"{report.samples} samples, worst shown; " if report.samples > 1 else ""
+    out.print(f"{verdict} ({samples}{report.seconds * 1000:.1f} ms run)")
 
 
 def deploy_summary(result) -> None:

@@ -25,6 +25,10 @@ class ExportedModel(Generic[G]):
     quantization: QuantizationNote | None = None  # set by the quantize stage
     rewrites: tuple[str, ...] = ()         # graph rewrites applied before lowering (what, how many)
     reference: str = ""                    # what computed `golden` (name and version)
+    # further validation samples, distinct from `samples` (one output set each in more_golden):
+    # one sample can agree with a wrong module by chance (a constant output, a dead branch)
+    more_samples: tuple[tuple[np.ndarray, ...], ...] = ()
+    more_golden: tuple[tuple[np.ndarray, ...], ...] = ()
     notes: tuple[str, ...] = ()            # what loading changed about the model (opset upgrade…)
 
 

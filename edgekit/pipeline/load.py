@@ -29,6 +29,36 @@ class LoadedModel:
     input_names: tuple[str, ...]
     notes: tuple[str, ...] = ()          # what loading changed (e.g. an opset upgrade)
     random_inputs: tuple[str, ...] = ()  # inputs whose sample edgekit made up
+    more_samples: tuple[tuple[np.ndarray, ...], ...] = ()  # further validation samples
+
+
+# Validation samples when edgekit draws them: the golden set and two more, distinct (cheap:
+# each costs one reference run at build time and one module run per validation).
+SAMPLE_SETS = 3
+
+
+def more_like(samples: tuple[np.ndarray, ...], rng: np.random.Generator,
+              count: int = SAMPLE_SETS - 1) -> tuple[tuple[np.ndarray, ...], ...]:
+    """`count` further samples shaped and typed like `samples`, with values like each array's
+    own (so ids, indices and masks stay as valid as the example's): floats normal with its mean
+    and standard deviation (1 when constant), integers between its min and max, booleans as
+    they are."""
+    def like(array: np.ndarray) -> np.ndarray:
+        if array.size == 0 or array.dtype.kind == "b":
+            return array
+        low, high = array.min(), array.max()
+        if array.dtype.kind in "iu":
+            return rng.integers(int(low), int(high), size=array.shape, endpoint=True
+                                ).astype(array.dtype)
+        if array.dtype.kind == "f" or array.dtype.isbuiltin == 2:
+            values = array.astype(np.float64)
+            mean, std = float(values.mean()), float(values.std())
+            if not np.isfinite([mean, std]).all():
+                mean, std = 0.0, 1.0
+            return np.require(rng.normal(mean, std or 1.0, size=array.shape).astype(np.float32)
+                              .astype(array.dtype), requirements="C")
+        return array
+    return tuple(tuple(like(a) for a in samples) for _ in range(count))
 
 
 def import_callable(recipe: Recipe, spec: str, what: str):
@@ -92,6 +122,20 @@ def as_declared(array: np.ndarray, dtype: str) -> np.ndarray:
             and array.dtype != wanted:
         return array.view(wanted)
     return array
+
+
+def more_samples_for(recipe: Recipe, first: tuple[np.ndarray, ...]
+                     ) -> tuple[tuple[np.ndarray, ...], ...]:
+    """The validation samples after the first: none when the recipe gives `samples:` (the
+    user's inputs are the ones that count), random ones as declared in `inputs:`, else ones
+    like the model source's example."""
+    if recipe.samples:
+        return ()
+    rng = np.random.default_rng([recipe.seed, 1])   # not the first sample's stream
+    if recipe.inputs:
+        return tuple(tuple(random_input(spec, recipe, rng) for spec in recipe.inputs)
+                     for _ in range(SAMPLE_SETS - 1))
+    return more_like(first, rng)
 
 
 def sample_inputs(recipe: Recipe, examples: tuple[np.ndarray, ...] | None,

@@ -12,8 +12,8 @@ import numpy as np
 
 from edgekit.config.recipe import Hooks, Recipe, Validation
 from edgekit.config.profiles import Target
-from edgekit.models.bundle import (MODULE, Bundle, Manifest, QuantizationNote, sha256_file,
-                                   write_manifest)
+from edgekit.models.bundle import (MODULE, Bundle, GoldenSet, Manifest, QuantizationNote,
+                                   sha256_file, write_manifest)
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
@@ -72,9 +72,15 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
     exported = compiled.exported
     inputs = [f"golden/input_{i}.npy" for i in range(len(exported.samples))]
     outputs = [f"golden/output_{i}.npy" for i in range(len(exported.golden))]
-    for rel, array in zip(inputs + outputs, exported.samples + exported.golden):
+    more = [GoldenSet(inputs=tuple(f"golden/s{k}_input_{i}.npy" for i in range(len(s))),
+                      outputs=tuple(f"golden/s{k}_output_{i}.npy" for i in range(len(g))))
+            for k, (s, g) in enumerate(zip(exported.more_samples, exported.more_golden), 1)]
+    written = [*zip(inputs + outputs, exported.samples + exported.golden)]
+    for names, s, g in zip(more, exported.more_samples, exported.more_golden):
+        written += zip((*names.inputs, *names.outputs), (*s, *g))
+    for rel, array in written:
         np.save(directory / rel, _storable(array), allow_pickle=False)
-    files = {rel: sha256_file(directory / rel) for rel in [MODULE, *inputs, *outputs]}
+    files = {rel: sha256_file(directory / rel) for rel in [MODULE, *(r for r, _ in written)]}
     manifest = Manifest(
         app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -99,6 +105,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         build_key=identity.build_key,
         toolchain=toolchain_versions(),
         golden_reference=exported.reference,
+        more_golden=tuple(more),
         model_notes=exported.notes,
         files=files,
     )

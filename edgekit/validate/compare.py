@@ -68,12 +68,14 @@ def cosine(a: np.ndarray, e: np.ndarray) -> float:
 
 
 def compare_output_files(bundle, actual: list[Path], where: str,
-                         seconds: float = 0.0) -> ValidationReport:
+                         seconds: float = 0.0, golden_outputs: tuple[str, ...] | None = None
+                         ) -> ValidationReport:
     """Outputs written by iree-run-module (`output_<i>.npy`, in signature order) against the
-    bundle's golden outputs and tolerances; a missing file fails its output."""
+    bundle's golden outputs (or `golden_outputs`: another sample's) and tolerances; a missing
+    file fails its output."""
     m = bundle.manifest
     comparisons = []
-    for sig, path, golden in zip(m.outputs, actual, m.golden_outputs):
+    for sig, path, golden in zip(m.outputs, actual, golden_outputs or m.golden_outputs):
         expected = np.load(bundle.file(golden), allow_pickle=False)
         if not path.is_file():
             comparisons.append(OutputComparison(

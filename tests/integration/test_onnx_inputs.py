@@ -189,3 +189,32 @@ def test_an_opset_9_zoo_cnn_named_like_gpu_0_data_0_builds_and_validates(write_r
     declared = write_recipe("name: zoo9-declared\nmodel: {onnx: zoo9.onnx}\ninputs:\n"
                             "  - {name: gpu_0/data_0, shape: [1, 3, 8, 8]}\n", name="d.yaml")
     assert validate_local(build(BuildOptions(recipe=declared, target="host")).bundle.path).ok
+
+
+def test_validation_runs_several_distinct_samples_for_onnx_and_pytorch(write_recipe, tmp_path):
+    save(tmp_path / "sets.onnx", [helper.make_node("Gather", ["table", "ids"], ["y"])],
+         [helper.make_tensor_value_info("table", T.FLOAT, [6, 2]),
+          helper.make_tensor_value_info("ids", T.INT64, [3])],
+         [helper.make_tensor_value_info("y", T.FLOAT, [3, 2])])
+    torch_recipe = write_recipe('name: sets-torch\nmodel: {python: "@TINY@:linear_softmax"}\n',
+                                name="t.yaml")
+    for bundle in (host_build(write_recipe, tmp_path, "sets"),
+                   build(BuildOptions(recipe=torch_recipe, target="host")).bundle):
+        m = bundle.manifest
+        assert len(m.more_golden) == 2
+        firsts = [np.load(bundle.file(f)) for f in
+                  (m.golden_inputs[0], *(s.inputs[0] for s in m.more_golden))]
+        assert not any(np.array_equal(firsts[0], other) for other in firsts[1:])
+        report = validate_local(bundle.path)
+        assert report.ok and report.samples == 3, report
+    # a wrong golden output of the third sample fails validation and names the sample
+    wrong = bundle.file(m.more_golden[1].outputs[0])
+    wrong.chmod(0o644)
+    np.save(wrong, np.load(wrong) + 1)
+    from edgekit.models.bundle import sha256_file, write_manifest
+    from edgekit.toolchain.signing import sign_bundle
+    write_manifest(bundle.path, m.model_copy(update={
+        "files": {**m.files, m.more_golden[1].outputs[0]: sha256_file(wrong)}}))
+    sign_bundle(bundle.path)
+    report = validate_local(bundle.path)
+    assert not report.ok and "sample 2" in report.outputs[0].problems[0]

@@ -22,7 +22,7 @@ from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
                                                      refuse_shape_inputs)
 from edgekit.pipeline.frontends.onnx_source import (Reference, check_outputs, load_onnx,
                                                     onnx_digest, onnx_inputs)
-from edgekit.pipeline.load import LoadedModel, random_input, sample_inputs
+from edgekit.pipeline.load import SAMPLE_SETS, LoadedModel, random_input, sample_inputs
 from edgekit.pipeline.lower import ImportedGraph, LoweringSource
 from edgekit.toolchain import torch_mlir
 
@@ -81,37 +81,45 @@ class OnnxFrontend(Frontend[Model]):
                          "the recipe, or give `samples:`")
         roles = input_roles(model)
         refuse_shape_inputs(roles, names, where)
-        rng = np.random.default_rng(recipe.seed)
-        drawn = {spec.name: random_input(spec, recipe, rng) for spec in specs}
         # a range the recipe sets for an input wins over what the graph suggests
         roles = {n: r for n, r in roles.items()
                  if not any(s.name == n and (s.low is not None or s.high is not None)
                             for s in specs)}
-        drawn = fit_to_roles(model, drawn, roles, rng)
+        rng = np.random.default_rng(recipe.seed)
+        sets = []
+        for _ in range(SAMPLE_SETS):
+            drawn = {spec.name: random_input(spec, recipe, rng) for spec in specs}
+            drawn = fit_to_roles(model, drawn, roles, rng)
+            sets.append(tuple(drawn[n] for n in names))
         # random integers are what a model refuses (indices, sizes); random floats rarely
-        suspects = tuple(n for n in names if drawn[n].dtype.kind in "iub") or names
-        return LoadedModel(self, model, tuple(drawn[n] for n in names), names,
-                           notes=tuple(notes), random_inputs=suspects)
+        suspects = tuple(n for n, a in zip(names, sets[0]) if a.dtype.kind in "iub") or names
+        return LoadedModel(self, model, sets[0], names, notes=tuple(notes),
+                           random_inputs=suspects, more_samples=tuple(sets[1:]))
 
     def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Model]:
         """ONNX needs no export: its golden outputs come from onnxruntime, unoptimized (or the
         onnx reference evaluator where onnxruntime cannot run the model)."""
         keep_f64 = F64_KEPT in recipe.compile.flags
-        # the reference sees exactly the values the module sees (float64 rounded to float32)
-        samples = tuple(s if keep_f64 or s.dtype != np.float64 else
-                        s.astype(np.float32).astype(np.float64) for s in loaded.samples)
+
+        def as_module_sees(sample):  # float64 rounded to float32, as the module computes it
+            return tuple(s if keep_f64 or s.dtype != np.float64 else
+                         s.astype(np.float32).astype(np.float64) for s in sample)
         ref = Reference(loaded.model, loaded.input_names, loaded.random_inputs)
-        golden = ref(samples)
+        sets = [as_module_sees(s) for s in (loaded.samples, *loaded.more_samples)]
+        goldens = [ref(s) for s in sets]
         notes = loaded.notes
-        if not keep_f64 and any(a.dtype == np.float64 for a in (*samples, *golden)):
-            samples = tuple(_f32(s) for s in samples)
-            golden = tuple(_f32(g) for g in golden)
+        if not keep_f64 and any(a.dtype == np.float64 for a in (*sets[0], *goldens[0])):
+            sets = [tuple(_f32(a) for a in s) for s in sets]
+            goldens = [tuple(_f32(a) for a in g) for g in goldens]
             notes = (*notes, "float64 inputs and outputs are computed in float32 (IREE "
                              f"demotes f64 by default; `{F64_KEPT}` in `compile.flags` keeps "
                              "them)")
-        shapes = [declared_shape(recipe, i, s) for i, s in enumerate(samples)]
-        return with_signature(self, loaded.model, onnx_digest(loaded.model), loaded.input_names,
-                              shapes, samples, golden, reference=ref.name, notes=notes)
+        shapes = [declared_shape(recipe, i, s) for i, s in enumerate(sets[0])]
+        exported = with_signature(self, loaded.model, onnx_digest(loaded.model),
+                                  loaded.input_names, shapes, sets[0], goldens[0],
+                                  reference=ref.name, notes=notes)
+        return dataclasses.replace(exported, more_samples=tuple(sets[1:]),
+                                   more_golden=tuple(goldens[1:]))
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         """ONNX models arrive quantized: "int8" is the (QDQ) model as it is, "none" the fp32
