@@ -2,7 +2,9 @@
 # run.sh RUNTIME_DIR RELEASE_DIR OUT_DIR [SAMPLE]: run the release's golden inputs (validation
 # sample SAMPLE, default 0: the golden one) through iree-run-module and write outputs as
 # OUT_DIR/output_<i>.npy. The release's run.env (written by the host, covered by SHA256SUMS)
-# gives DRIVER, FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k) and NOUTPUTS.
+# gives DRIVER, FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k), NOUTPUTS and OUTPUTS (the
+# output file names: .npy, or .bin for types iree-run-module writes raw; older releases have
+# no OUTPUTS: output_<i>.npy).
 set -eu
 runtime=$1
 release=$2
@@ -19,9 +21,15 @@ set -- "--module=$release/module.vmfb" "--device=$DRIVER" "--function=$FUNCTION"
 for input in $INPUTS; do
   set -- "$@" "--input=@$release/$input"
 done
-i=0
-while [ "$i" -lt "$NOUTPUTS" ]; do
-  set -- "$@" "--output=@$out/output_$i.npy"
-  i=$((i + 1))
-done
+if [ -n "${OUTPUTS:-}" ]; then
+  for output in $OUTPUTS; do
+    set -- "$@" "--output=@$out/$output"
+  done
+else
+  i=0
+  while [ "$i" -lt "$NOUTPUTS" ]; do
+    set -- "$@" "--output=@$out/output_$i.npy"
+    i=$((i + 1))
+  done
+fi
 exec "$runtime/bin/iree-run-module" "$@"

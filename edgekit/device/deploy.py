@@ -39,6 +39,7 @@ from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
 from edgekit.models.bundle import Bundle, MANIFEST, SIGNATURE, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
+from edgekit.validate.arrays import output_name, read_array
 from edgekit.validate.compare import compare_output
 from edgekit.validate.samples import worst_per_output
 
@@ -310,7 +311,10 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
                        + "".join(f"INPUTS_{k}='{' '.join(inputs)}'\n"
                                  for k, inputs in enumerate(sets[1:], 1))
-                       + f"NOUTPUTS={len(m.outputs)}\n")
+                       + f"NOUTPUTS={len(m.outputs)}\n"
+                       # the files run.sh writes (bfloat16/float8 as raw .bin: arrays.py)
+                       + "OUTPUTS='" + " ".join(output_name(i, s.dtype)
+                                                for i, s in enumerate(m.outputs)) + "'\n")
     signed = [bundle.file(SIGNATURE)] if bundle.file(SIGNATURE).is_file() else []
     sums = {**m.files, MANIFEST: sha256_file(bundle.file(MANIFEST)),
             "run.env": sha256_file(run_env), **{p.name: sha256_file(p) for p in signed}}
@@ -349,16 +353,17 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
         with tempfile.TemporaryDirectory(prefix="edgekit-outputs-") as tmp:
             comparisons = []
             for i, (sig, golden) in enumerate(zip(m.outputs, golden_outputs)):
-                local = Path(tmp) / f"output_{i}.npy"
-                expected = np.load(bundle.file(golden), allow_pickle=False)
+                name = output_name(i, sig.dtype)
+                local = Path(tmp) / name
+                expected = read_array(bundle.file(golden), sig.dtype)
                 if result.returncode != 0:
                     comparisons.append(_run_failed(sig.name, expected, result.stderr))
                     continue
-                conn.get(f"{out_dir}/output_{i}.npy", local)
+                conn.get(f"{out_dir}/{name}", local)
                 try:
-                    actual = np.load(local, allow_pickle=False)
+                    actual = read_array(local, sig.dtype, expected.shape)
                 except (ValueError, EOFError, OSError) as exc:
-                    raise _unreadable_output(conn, m.app, f"output_{i}.npy", exc) from None
+                    raise _unreadable_output(conn, m.app, name, exc) from None
                 comparisons.append(compare_output(sig.name, actual, expected,
                                                   m.tolerances.for_output(sig.name)))
     finally:

@@ -8,6 +8,7 @@ import numpy as np
 
 from edgekit.config.recipe import Tolerance
 from edgekit.models.report import OutputComparison, ValidationReport
+from edgekit.validate.arrays import read_array
 
 
 def looks_like_logits(expected: np.ndarray) -> bool:
@@ -76,14 +77,14 @@ def compare_output_files(bundle, actual: list[Path], where: str,
     m = bundle.manifest
     comparisons = []
     for sig, path, golden in zip(m.outputs, actual, golden_outputs or m.golden_outputs):
-        expected = np.load(bundle.file(golden), allow_pickle=False)
+        expected = read_array(bundle.file(golden), sig.dtype)
         if not path.is_file():
             comparisons.append(OutputComparison(
                 name=sig.name, shape=tuple(expected.shape), max_abs_error=float("inf"),
                 max_rel_error=float("inf"), cosine=float("nan"), ok=False,
                 problems=(f"no output file {path.name}",)))
             continue
-        comparisons.append(compare_output(sig.name, np.load(path, allow_pickle=False),
+        comparisons.append(compare_output(sig.name, read_array(path, sig.dtype, expected.shape),
                                           expected, m.tolerances.for_output(sig.name)))
     return ValidationReport(app=m.app, target=m.target, where=where,
                             ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),

@@ -12,6 +12,7 @@ from edgekit.models.bundle import Bundle, load_bundle
 from edgekit.models.report import ValidationReport
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import scratch_dir
+from edgekit.validate.arrays import output_name
 from edgekit.validate.compare import compare_output_files
 from edgekit.validate.samples import worst_per_output
 
@@ -39,7 +40,7 @@ def validate_local(path: str | Path) -> ValidationReport:
                            *((s.inputs, s.outputs) for s in m.more_golden)]:
         started = time.perf_counter()
         with scratch_dir("validate") as scratch:
-            outputs = [scratch / f"output_{i}.npy" for i in range(len(m.outputs))]
+            outputs = [scratch / output_name(i, sig.dtype) for i, sig in enumerate(m.outputs)]
             try:
                 iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
                                 [bundle.file(p) for p in inputs], outputs)

@@ -110,13 +110,26 @@ def test_random_arrays_have_the_dtype_asked_for():
         assert array.dtype == numpy_dtype(name) and array.shape == (2, 3)
 
 
-def test_outputs_the_runtime_cannot_write_are_refused_naming_them():
+def test_outputs_edgekit_cannot_read_back_are_refused_naming_them():
     from edgekit.pipeline.frontends.onnx_source import check_outputs
-    model = graph([helper.make_node("Cast", ["x"], ["y"], to=T.BFLOAT16)],
-                  [info("x", T.FLOAT, [2])], [info("y", T.BFLOAT16, [2])])
-    with pytest.raises(ModelLoadError, match="output 'y' is of type bfloat16"):
+    model = graph([helper.make_node("Cast", ["x"], ["y"], to=T.INT4)],
+                  [info("x", T.FLOAT, [2])], [info("y", T.INT4, [2])])
+    with pytest.raises(ModelLoadError, match="output 'y' is of type int4"):
         check_outputs(model)
-    check_outputs(graph([], [info("x", T.UINT16, [2])], [info("x", T.UINT16, [2])]))
+    for elem in (T.UINT16, T.BFLOAT16, T.FLOAT8E5M2):
+        check_outputs(graph([], [info("x", elem, [2])], [info("x", elem, [2])]))
+
+
+def test_raw_outputs_are_read_back_with_the_manifests_dtype_and_shape(tmp_path):
+    from edgekit.validate.arrays import output_name, read_array
+    assert output_name(0, "bfloat16") == "output_0.bin"
+    assert output_name(1, "float32") == "output_1.npy"
+    values = np.array([[1.5, -2.0, 0.25]], dtype=ml_dtypes.bfloat16)
+    values.tofile(tmp_path / "output_0.bin")
+    np.testing.assert_array_equal(read_array(tmp_path / "output_0.bin", "bfloat16", (1, 3)),
+                                  values)
+    np.save(tmp_path / "g.npy", values.view("V2"))
+    assert read_array(tmp_path / "g.npy", "bfloat16").dtype == ml_dtypes.bfloat16
 
 
 def test_an_index_that_reaches_its_indexer_through_an_unsqueeze_is_still_an_index():
@@ -141,3 +154,29 @@ def test_onnxruntime_messages_lose_their_cpp_source_line_and_signature():
     ran = ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while "
            "running Gather node. Name:'' Status Message: indices element out of data bounds")
     assert _line(RuntimeError(ran)) == "Gather: indices element out of data bounds"
+
+
+def test_an_invalid_old_model_is_called_invalid_not_unconvertible(tmp_path):
+    import onnx
+
+    from edgekit.pipeline.frontends.onnx_source import load_onnx
+    # TopK has two outputs: this graph is wrong whatever its opset
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("TopK", ["x"], ["y"], k=1)], "g", [info("x", T.FLOAT, [2, 4])],
+        [info("y", T.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 9)], ir_version=4)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(ModelLoadError, match="invalid ONNX model"):
+        load_onnx(tmp_path / "m.onnx")
+
+
+def test_an_old_opset_is_upgraded_and_said(tmp_path):
+    import onnx
+
+    from edgekit.pipeline.frontends.onnx_source import UPGRADE_TO, load_onnx, opset_of
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g", [info("x", T.FLOAT, [2])],
+        [info("y", T.FLOAT, [2])]), opset_imports=[helper.make_opsetid("", 9)], ir_version=4)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    notes: list[str] = []
+    assert opset_of(load_onnx(tmp_path / "m.onnx", notes)) == UPGRADE_TO
+    assert notes == [f"opset 9 upgraded to {UPGRADE_TO} by onnx.version_converter"]
