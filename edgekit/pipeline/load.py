@@ -97,7 +97,8 @@ def read_npz(path: Path, key: str) -> dict[str, np.ndarray]:
         if not isinstance(data, np.lib.npyio.NpzFile):
             raise ValueError("a single .npy array, not an .npz archive")
         with data:  # np.require keeps 0-d arrays 0-d (ascontiguousarray makes them [1])
-            return {name: np.require(data[name], requirements="C") for name in data.files}
+            return {name: np.require(_member(data, name), requirements="C")
+                    for name in data.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         if "allow_pickle" in reason:
@@ -136,6 +137,30 @@ def more_samples_for(recipe: Recipe, first: tuple[np.ndarray, ...]
         return tuple(tuple(random_input(spec, recipe, rng) for spec in recipe.inputs)
                      for _ in range(SAMPLE_SETS - 1))
     return more_like(first, rng)
+
+
+def _member(data, name: str) -> np.ndarray:
+    """One array of an .npz; numpy writes ml_dtypes' float8_e5m2 with the descriptor '<f1',
+    which it cannot read back: such an array comes back as raw bytes ('V1', viewed as the
+    declared dtype by as_declared)."""
+    try:
+        return data[name]
+    except ValueError as exc:
+        if "'<f1'" not in str(exc):
+            raise
+    import ast
+    raw = data.zip.read(name if name.endswith(".npy") else f"{name}.npy")
+    if not raw.startswith(b"\x93NUMPY"):
+        raise ValueError(f"{name}: not a .npy member")
+    size_bytes = 2 if raw[6] == 1 else 4
+    header_len = int.from_bytes(raw[8:8 + size_bytes], "little")
+    start = 8 + size_bytes
+    header = ast.literal_eval(raw[start:start + header_len].decode("latin1"))
+    shape = tuple(header["shape"])
+    body = raw[start + header_len:]
+    if header.get("fortran_order") or len(body) != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"{name}: unexpected layout of a '<f1' array")
+    return np.frombuffer(body, dtype="V1").reshape(shape).copy()
 
 
 def sample_inputs(recipe: Recipe, examples: tuple[np.ndarray, ...] | None,

@@ -180,3 +180,10 @@ def test_an_old_opset_is_upgraded_and_said(tmp_path):
     notes: list[str] = []
     assert opset_of(load_onnx(tmp_path / "m.onnx", notes)) == UPGRADE_TO
     assert notes == [f"opset 9 upgraded to {UPGRADE_TO} by onnx.version_converter"]
+
+
+def test_a_float8_e5m2_sample_numpy_cannot_read_back_is_read_as_declared(tmp_path):
+    values = np.array([0.5, -2.0, 3.0], dtype=ml_dtypes.float8_e5m2)
+    np.savez(tmp_path / "s.npz", f=values)       # written with descr '<f1'
+    data = read_npz(tmp_path / "s.npz", "samples")
+    np.testing.assert_array_equal(as_declared(data["f"], "float8_e5m2"), values)
