@@ -1,19 +1,27 @@
 #!/bin/sh
-# run.sh RUNTIME_DIR RELEASE_DIR OUT_DIR: run the release's golden inputs through
-# iree-run-module and write outputs as OUT_DIR/output_<i>.npy (.bin: raw bytes, for dtypes .npy
-# cannot carry). The release's run.env (written by the host, covered by SHA256SUMS) gives
-# DRIVER, FUNCTION, INPUTS and OUTPUTS (file names; older releases: NOUTPUTS, all .npy).
+# run.sh RUNTIME_DIR RELEASE_DIR OUT_DIR [SAMPLE]: run the release's golden inputs (validation
+# sample SAMPLE, default 0: the golden one) through iree-run-module and write outputs as
+# OUT_DIR/output_<i>.npy. The release's run.env (written by the host, covered by SHA256SUMS)
+# gives DRIVER, FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k), NOUTPUTS and OUTPUTS (the
+# output file names: .npy, or .bin for types iree-run-module writes raw; older releases have
+# no OUTPUTS: output_<i>.npy).
 set -eu
 runtime=$1
 release=$2
 out=$3
+sample=${4:-0}
 . "$release/run.env"
+case $sample in
+  0) ;;
+  *[!0-9]*) echo "run.sh: sample must be a number (got '$sample')" >&2; exit 2 ;;
+  *) eval "INPUTS=\${INPUTS_$sample:?no validation sample $sample in run.env}" ;;
+esac
 mkdir -p "$out"
 set -- "--module=$release/module.vmfb" "--device=$DRIVER" "--function=$FUNCTION"
 for input in $INPUTS; do
   set -- "$@" "--input=@$release/$input"
 done
-if [ -n "${OUTPUTS+set}" ]; then
+if [ -n "${OUTPUTS:-}" ]; then
   for output in $OUTPUTS; do
     set -- "$@" "--output=@$out/$output"
   done

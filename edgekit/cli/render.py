@@ -39,6 +39,10 @@ def build_summary(result: BuildResult) -> None:
         note += f" — {m.lowering.note}"
     out.print(f"  lowering: {m.lowering.used}{note} (requested {m.lowering.requested}); "
               f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
+    if m.golden_reference:
+        out.print(f"  golden outputs: {m.golden_reference}")
+    for note in m.model_notes:
+        out.print(f"  [yellow]model: {note}[/]")
     if m.tuning:
         t = m.tuning
         out.print(f"  tuned variant: {t.variant} (p50 {t.p50_ms:.4f} ms at {t.threads} thread(s) "
@@ -141,7 +145,8 @@ def validation_table(report: ValidationReport) -> None:
                       "n/a" if c.cosine is None else f"{c.cosine:.6f}", top1, result)
     out.print(table)
     verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
-    out.print(f"{verdict} ({report.seconds * 1000:.1f} ms run)")
+    samples = f"{report.samples} samples, worst shown; " if report.samples > 1 else ""
+    out.print(f"{verdict} ({samples}{report.seconds * 1000:.1f} ms run)")
 
 
 def deploy_summary(result) -> None:

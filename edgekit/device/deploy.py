@@ -40,8 +40,9 @@ from edgekit.models.bundle import Bundle, MANIFEST, SIGNATURE, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
-from edgekit.validate.outputs import as_declared, output_file, read_output
+from edgekit.validate.outputs import output_file, read_output
 from edgekit.validate.tolerance import output_limits
+from edgekit.validate.samples import worst_per_output
 
 
 @dataclass(frozen=True)
@@ -298,18 +299,23 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
     """run.env (what the run/bench shims execute), the manifest's signature (if any) and
     SHA256SUMS over every release file."""
     m = bundle.manifest
-    for rel in m.golden_inputs:  # they end up in a shell word list: plain names only
+    sets = [m.golden_inputs, *(s.inputs for s in m.more_golden)]
+    for rel in (r for inputs in sets for r in inputs):  # shell word lists: plain names only
         folder, _, name = rel.partition("/")
         if folder != "golden":
             raise DeviceIncompatible(f"unexpected golden input path {rel!r}")
         safe_name(name, "golden input")
     run_env = tmp / "run.env"
-    outputs = " ".join(output_file(i, o.dtype) for i, o in enumerate(m.outputs))
+    # INPUTS: the golden sample (what bench runs); INPUTS_<k>: validation sample k (run.sh K)
     run_env.write_text(f"DRIVER={safe_name(m.runtime_driver, 'driver')}\n"
                        f"FUNCTION={safe_name(m.entry_function, 'function')}\n"
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
-                       f"NOUTPUTS={len(m.outputs)}\n"
-                       f"OUTPUTS='{outputs}'\n")
+                       + "".join(f"INPUTS_{k}='{' '.join(inputs)}'\n"
+                                 for k, inputs in enumerate(sets[1:], 1))
+                       + f"NOUTPUTS={len(m.outputs)}\n"
+                       # the files run.sh writes (bfloat16/float8 as raw .bin: arrays.py)
+                       + "OUTPUTS='" + " ".join(output_file(i, s.dtype)
+                                                for i, s in enumerate(m.outputs)) + "'\n")
     signed = [bundle.file(SIGNATURE)] if bundle.file(SIGNATURE).is_file() else []
     sums = {**m.files, MANIFEST: sha256_file(bundle.file(MANIFEST)),
             "run.env": sha256_file(run_env), **{p.name: sha256_file(p) for p in signed}}
@@ -320,13 +326,23 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
 
 def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,
                        shims: str) -> ValidationReport:
-    """Run the golden inputs with the device's runtime; compare the outputs here, on the host."""
+    """Run every validation sample with the device's runtime; compare the outputs here, on the
+    host (one report: each output's worst sample)."""
+    m = bundle.manifest
+    sets = [m.golden_outputs, *(s.outputs for s in m.more_golden)]
+    return worst_per_output([_validate_sample(conn, bundle, release_dir, runtime, shims, k, g)
+                             for k, g in enumerate(sets)])
+
+
+def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,
+                     shims: str, sample: int, golden_outputs: tuple[str, ...]
+                     ) -> ValidationReport:
     m = bundle.manifest
     out_dir = layout.validation_dir(m.app, scratch_token())
     started = time.perf_counter()
     try:
-        result = conn.run(["sh", f"{shims}/run.sh", runtime, release_dir, out_dir],
-                          check=False, timeout=600)
+        result = conn.run(["sh", f"{shims}/run.sh", runtime, release_dir, out_dir,
+                           str(sample)], check=False, timeout=600)
         seconds = time.perf_counter() - started
         full = out_of_space(space_left(conn, out_dir), 1) if result.returncode != 0 else None
         if full:   # the outputs had nowhere to go: not the model's fault, nothing to journal
@@ -337,11 +353,10 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
                     errors="replace"), hint=SPACE_HINT)
         with tempfile.TemporaryDirectory(prefix="edgekit-outputs-") as tmp:
             comparisons = []
-            for i, (sig, golden) in enumerate(zip(m.outputs, m.golden_outputs)):
+            for i, (sig, golden) in enumerate(zip(m.outputs, golden_outputs)):
                 name = output_file(i, sig.dtype)
                 local = Path(tmp) / name
-                expected = as_declared(np.load(bundle.file(golden), allow_pickle=False),
-                                       sig.dtype)
+                expected = read_output(bundle.file(golden), sig.dtype)
                 if result.returncode != 0:
                     comparisons.append(_run_failed(sig.name, expected, result.stderr))
                     continue

@@ -124,6 +124,13 @@ class QuantizationNote(Frozen):
     golden: str = "outputs of the quantized PyTorch model (what the module must reproduce)"
 
 
+class GoldenSet(Frozen):
+    """One more validation sample: its input files and the outputs the module must give."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
 class Manifest(Frozen):
     schema_version: int = SCHEMA_VERSION
     app: str
@@ -148,6 +155,9 @@ class Manifest(Frozen):
     tuning: TuningNote | None = None
     quantization: QuantizationNote | None = None
     hooks: Hooks | None = None        # the recipe's, so a prebuilt bundle deploys like its recipe
+    golden_reference: str = ""        # what computed the golden outputs (name and version)
+    more_golden: tuple[GoldenSet, ...] = ()  # validation samples after the first
+    model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")
@@ -163,7 +173,9 @@ class Manifest(Frozen):
 
     @pydantic.model_validator(mode="after")
     def _golden_listed(self) -> "Manifest":
-        unlisted = [g for g in (*self.golden_inputs, *self.golden_outputs) if g not in self.files]
+        unlisted = [g for g in (*self.golden_inputs, *self.golden_outputs,
+                                *(f for s in self.more_golden for f in (*s.inputs, *s.outputs)))
+                    if g not in self.files]
         if unlisted:
             raise ValueError(f"golden file(s) not in files: {', '.join(unlisted)}")
         return self

@@ -25,3 +25,4 @@ class ValidationReport(Frozen):
     ok: bool
     outputs: tuple[OutputComparison, ...]
     seconds: float
+    samples: int = 1   # validation samples run; `outputs` holds each output's worst

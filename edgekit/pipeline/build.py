@@ -148,12 +148,12 @@ check_plan(BACK, ExportedModel, Bundle)
 def refuse_uninformative(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
     """Before anything compiles: refuse golden outputs that cannot tell a right module from a
     wrong one (validate/golden.py), unless the recipe accepts them. Held to the tolerances the
-    bundle will carry (a quantized build's own). One validation sample today: with several,
-    pass every sample's golden outputs and inputs (the same-for-every-sample check)."""
+    bundle will carry (a quantized build's own), over every validation sample (an output that
+    is the same for all of them, while their inputs differ, is refused too)."""
     mode = exported.quantization.mode if exported.quantization else None
     check_golden(with_build_defaults(recipe.validation, mode),
-                 [o.name for o in exported.outputs], [exported.golden], [exported.samples],
-                 where=str(recipe.path))
+                 [o.name for o in exported.outputs], [exported.golden, *exported.more_golden],
+                 [exported.samples, *exported.more_samples], where=str(recipe.path))
     return exported
 
 

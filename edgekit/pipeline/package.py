@@ -12,8 +12,8 @@ import numpy as np
 
 from edgekit.config.recipe import Hooks, Recipe, Validation
 from edgekit.config.profiles import Target
-from edgekit.models.bundle import (MODULE, Bundle, Manifest, QuantizationNote, sha256_file,
-                                   write_manifest)
+from edgekit.models.bundle import (MODULE, Bundle, GoldenSet, Manifest, QuantizationNote,
+                                   sha256_file, write_manifest)
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
@@ -48,6 +48,15 @@ def _tolerances(recipe: Recipe, quantization: QuantizationNote | None) -> Valida
     return with_build_defaults(recipe.validation, quantization.mode if quantization else None)
 
 
+def _storable(array: np.ndarray) -> np.ndarray:
+    """The array as a .npy can hold it: ml_dtypes' types (bfloat16, float8) as raw bytes of
+    their width ('<V2', '<V1'), which numpy reads back and IREE's runtime takes as that type
+    (float8_e5m2 would be written as '<f1', which neither reads)."""
+    if array.dtype.isbuiltin != 2:   # 2: a user-defined (ml_dtypes) type
+        return array
+    return array.view(f"V{array.dtype.itemsize}")
+
+
 def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: Target,
                    directory: Path) -> Bundle:
     directory.mkdir(parents=True, exist_ok=True)
@@ -57,9 +66,15 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
     exported = compiled.exported
     inputs = [f"golden/input_{i}.npy" for i in range(len(exported.samples))]
     outputs = [f"golden/output_{i}.npy" for i in range(len(exported.golden))]
-    for rel, array in zip(inputs + outputs, exported.samples + exported.golden):
-        np.save(directory / rel, array, allow_pickle=False)
-    files = {rel: sha256_file(directory / rel) for rel in [MODULE, *inputs, *outputs]}
+    more = [GoldenSet(inputs=tuple(f"golden/s{k}_input_{i}.npy" for i in range(len(s))),
+                      outputs=tuple(f"golden/s{k}_output_{i}.npy" for i in range(len(g))))
+            for k, (s, g) in enumerate(zip(exported.more_samples, exported.more_golden), 1)]
+    written = [*zip(inputs + outputs, exported.samples + exported.golden)]
+    for names, s, g in zip(more, exported.more_samples, exported.more_golden):
+        written += zip((*names.inputs, *names.outputs), (*s, *g))
+    for rel, array in written:
+        np.save(directory / rel, _storable(array), allow_pickle=False)
+    files = {rel: sha256_file(directory / rel) for rel in [MODULE, *(r for r, _ in written)]}
     manifest = Manifest(
         app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -83,6 +98,9 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         hooks=identity.hooks,
         build_key=identity.build_key,
         toolchain=toolchain_versions(),
+        golden_reference=exported.reference,
+        more_golden=tuple(more),
+        model_notes=exported.notes,
         files=files,
     )
     write_manifest(directory, manifest)

@@ -21,7 +21,7 @@ import numpy as np
 
 from edgekit.config.recipe import Tolerance
 from edgekit.models.report import OutputComparison, ValidationReport
-from edgekit.validate.outputs import as_declared, read_output
+from edgekit.validate.outputs import read_output
 from edgekit.validate.tolerance import Limits, limits, output_limits
 
 # output names that say "class scores" (any case) — and names that say "not a classifier"
@@ -160,14 +160,15 @@ def _cosine_of_finite(a: np.ndarray, e: np.ndarray) -> float | None:
 
 
 def compare_output_files(bundle, actual: list[Path], where: str,
-                         seconds: float = 0.0) -> ValidationReport:
+                         seconds: float = 0.0, golden_outputs: tuple[str, ...] | None = None
+                         ) -> ValidationReport:
     """Outputs written by iree-run-module (`output_<i>.npy` or `.bin`: validate/outputs.py, in
-    signature order) against the bundle's golden outputs and tolerances; a missing or
-    unreadable file fails its output."""
+    signature order) against the bundle's golden outputs (or `golden_outputs`: another
+    sample's) and tolerances; a missing or unreadable file fails its output."""
     m = bundle.manifest
     comparisons = []
-    for sig, path, golden in zip(m.outputs, actual, m.golden_outputs):
-        expected = as_declared(np.load(bundle.file(golden), allow_pickle=False), sig.dtype)
+    for sig, path, golden in zip(m.outputs, actual, golden_outputs or m.golden_outputs):
+        expected = read_output(bundle.file(golden), sig.dtype)
         lim = output_limits(m.tolerances, sig.name, dtype_name(expected))
         if not path.is_file():
             comparisons.append(failed(dict(name=sig.name, shape=tuple(expected.shape),

@@ -14,6 +14,7 @@ from edgekit.toolchain import iree
 from edgekit.toolchain.runner import scratch_dir
 from edgekit.validate.compare import compare_output_files
 from edgekit.validate.outputs import output_file
+from edgekit.validate.samples import worst_per_output
 
 
 def host_cannot_run(bundle: Bundle) -> str | None:
@@ -34,19 +35,25 @@ def validate_local(path: str | Path) -> ValidationReport:
                             hint="deploy it to a device of that kind (`edgekit deploy`) or build "
                                  "for `--target host`")
     m = bundle.manifest
-    started = time.perf_counter()
-    with scratch_dir("validate") as scratch:
-        outputs = [scratch / output_file(i, o.dtype) for i, o in enumerate(m.outputs)]
-        try:
-            iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
-                            [bundle.file(p) for p in m.golden_inputs], outputs)
-        except ToolError as exc:
-            if m.runtime_driver == "vulkan" and _no_vulkan_device(exc.stderr_tail):
-                raise CannotRunHere("this machine has no Vulkan device", where=str(bundle.path),
-                                    hint="install a Vulkan driver (e.g. Mesa's llvmpipe: "
-                                         "apt-get install mesa-vulkan-drivers)") from None
-            raise
-        return compare_output_files(bundle, outputs, "host", time.perf_counter() - started)
+    reports = []
+    for inputs, golden in [(m.golden_inputs, m.golden_outputs),
+                           *((s.inputs, s.outputs) for s in m.more_golden)]:
+        started = time.perf_counter()
+        with scratch_dir("validate") as scratch:
+            outputs = [scratch / output_file(i, sig.dtype) for i, sig in enumerate(m.outputs)]
+            try:
+                iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
+                                [bundle.file(p) for p in inputs], outputs)
+            except ToolError as exc:
+                if m.runtime_driver == "vulkan" and _no_vulkan_device(exc.stderr_tail):
+                    raise CannotRunHere("this machine has no Vulkan device",
+                                        where=str(bundle.path),
+                                        hint="install a Vulkan driver (e.g. Mesa's llvmpipe: "
+                                             "apt-get install mesa-vulkan-drivers)") from None
+                raise
+            reports.append(compare_output_files(bundle, outputs, "host",
+                                                time.perf_counter() - started, golden))
+    return worst_per_output(reports)
 
 
 def _no_vulkan_device(stderr: str) -> bool:

@@ -51,7 +51,7 @@ def as_declared(array: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
     return array
 
 
-def read_output(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+def read_output(path: Path, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """An output file as declared: .npy (relabelled by :func:`as_declared`) or raw .bin of
     `dtype` in `shape` (the golden output's). Raises ValueError for a file that is neither."""
     if path.suffix != ".bin":
@@ -59,8 +59,8 @@ def read_output(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     want = numpy_dtype(dtype)
     if want is None:
         raise ValueError(f"dtype {dtype} is unknown here")
-    if not all(isinstance(d, int) for d in shape):
-        raise ValueError(f"a raw {dtype} output needs a static shape, not {tuple(shape)}")
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        raise ValueError(f"a raw {dtype} output needs a static shape, not {shape}")
     data = np.fromfile(path, dtype=want)
     if data.size != int(np.prod(shape)):
         raise ValueError(f"{path.name} holds {data.size} {dtype} values, expected "

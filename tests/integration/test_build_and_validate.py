@@ -22,7 +22,10 @@ def test_a_host_build_validates_locally_and_records_what_it_is(write_recipe, tmp
     assert m.compiler_version == "3.13.0" and m.target == "host"
     assert "--iree-llvmcpu-target-cpu=host" in m.compile_flags
     assert m.lowering.used == "tosa" and m.inputs[0].shape == (2, 8)
-    assert set(m.files) == {"module.vmfb", "golden/input_0.npy", "golden/output_0.npy"}
+    assert set(m.files) == {"module.vmfb", "golden/input_0.npy", "golden/output_0.npy",
+                            *(f"golden/s{k}_{kind}_0.npy" for k in (1, 2)
+                              for kind in ("input", "output"))}
+    assert m.golden_reference.startswith("PyTorch 2.")
     result.bundle.verify()
     report = validate_local(result.bundle.path)
     assert report.ok and report.outputs[0].max_abs_error < 1e-5

@@ -95,6 +95,19 @@ def test_run_writes_the_outputs_of_the_golden_inputs(host_release, tmp_path):
     np.testing.assert_allclose(got, np.load(bundle.file("golden/output_0.npy")), atol=1e-5)
 
 
+def test_run_runs_each_validation_sample_and_refuses_a_bad_sample_number(host_release,
+                                                                         tmp_path):
+    bundle, runtime = host_release
+    for k, sample in enumerate(bundle.manifest.more_golden, 1):
+        proc = sh("run.sh", runtime, bundle.path, tmp_path / f"out{k}", str(k))
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_allclose(np.load(tmp_path / f"out{k}" / "output_0.npy"),
+                                   np.load(bundle.file(sample.outputs[0])), atol=1e-5)
+    for bad in ("1;reboot", "9"):
+        proc = sh("run.sh", runtime, bundle.path, tmp_path / "bad", bad)
+        assert proc.returncode != 0 and not (tmp_path / "bad").exists(), proc.stderr
+
+
 def test_bench_prints_benchmark_json(host_release):
     bundle, runtime = host_release
     proc = sh("bench.sh", runtime, bundle.path, "--benchmark_repetitions=2")

@@ -5,6 +5,7 @@ rewrites; torch-mlir's FX importer."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import inspect
 import io
@@ -23,7 +24,8 @@ from edgekit.config.recipe import Quantize, Recipe
 from edgekit.errors import ConfigError, ModelLoadError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
-from edgekit.pipeline.load import LoadedModel, import_callable, sample_inputs
+from edgekit.pipeline.load import (LoadedModel, import_callable, more_samples_for,
+                                   sample_inputs)
 from edgekit.pipeline.lower import ImportedGraph
 from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.toolchain import torch_mlir
@@ -51,7 +53,8 @@ class TorchFrontend(Frontend[Program]):
             model, examples = _call_factory(recipe, source.python or "")
         samples = sample_inputs(recipe, examples)
         names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
-        return LoadedModel(frontend=self, model=model, samples=samples, input_names=names)
+        return LoadedModel(frontend=self, model=model, samples=samples, input_names=names,
+                           more_samples=more_samples_for(recipe, samples))
 
     def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Program]:
         args = tuple(torch.from_numpy(np.array(s)) for s in loaded.samples)
@@ -68,19 +71,20 @@ class TorchFrontend(Frontend[Program]):
             sys.stderr.write(said.getvalue())  # a successful export's warnings still show
             run = loaded.model
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
-        return self.exported(program, run, tuple(loaded.samples), loaded.input_names, shapes)
+        return self.exported(program, run, tuple(loaded.samples), loaded.input_names, shapes,
+                             loaded.more_samples)
 
     def exported(self, program: Program, run, samples: tuple[np.ndarray, ...],
-                 names: tuple[str, ...], shapes: list) -> ExportedModel[Program]:
+                 names: tuple[str, ...], shapes: list,
+                 more_samples: tuple[tuple[np.ndarray, ...], ...] = ()
+                 ) -> ExportedModel[Program]:
         """An ExportedModel whose golden outputs come from running `run` (the original model,
         eager) on the samples."""
-        args = tuple(torch.from_numpy(np.array(s)) for s in samples)
-        with torch.no_grad():
-            flat, _ = pytree.tree_flatten(run(*args))
-        golden = tuple(t.detach().contiguous().numpy() for t in flat
-                       if isinstance(t, torch.Tensor))
-        return with_signature(self, program, program_digest(program), names, shapes, samples,
-                              golden)
+        exported = with_signature(self, program, program_digest(program), names, shapes,
+                                  samples, eager_outputs(run, samples),
+                                  reference=f"PyTorch {torch.__version__} (eager)")
+        return dataclasses.replace(exported, more_samples=more_samples, more_golden=tuple(
+            eager_outputs(run, s) for s in more_samples))
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize \
@@ -167,6 +171,14 @@ def export_failure(exc: Exception) -> ModelLoadError:
              "torch.where, or use torch.cond, instead of Python control flow on a tensor"
         if data_dependent else "the model must be traceable by torch.export (see "
                                "https://pytorch.org/docs/stable/export.html)")
+
+
+def eager_outputs(run, samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """The tensors `run` returns on `samples`, flattened, as numpy arrays."""
+    args = tuple(torch.from_numpy(np.array(s)) for s in samples)
+    with torch.no_grad():
+        flat, _ = pytree.tree_flatten(run(*args))
+    return tuple(t.detach().contiguous().numpy() for t in flat if isinstance(t, torch.Tensor))
 
 
 def _call_factory(recipe: Recipe, spec: str):

@@ -78,6 +78,7 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
     golden = tuple(reference(exported.samples))
     return dataclasses.replace(
         exported, program=program, digest=digest, golden=golden,
+        more_golden=tuple(tuple(reference(s)) for s in exported.more_samples),
         quantization=note.model_copy(update={"accuracy": report}))
 
 
