@@ -42,5 +42,5 @@ def test_a_golden_output_of_another_width_fails_in_one_line(make_device, uint8_b
     device = make_device()
     with pytest.raises(ValidationFailed) as err:
         deploy_bundle(device, bundle_copy(uint8_bundle, widen))
-    assert err.value.report.outputs[0].problems == ("dtype uint8, expected int16",)
+    assert err.value.report.outputs[0].problems == ("sample 0: dtype uint8, expected int16",)
     assert current_of(device.root, "add-uint8") is None
