@@ -133,7 +133,7 @@ def test_zero_d_samples_keep_their_shape(write_recipe, tmp_path):
          [helper.make_tensor_value_info("x", T.FLOAT, [3]),
           helper.make_tensor_value_info("k", T.FLOAT, [])],
          [helper.make_tensor_value_info("y", T.FLOAT, [3])])
-    np.savez(tmp_path / "s.npz", x=np.ones(3, np.float32), k=np.float32(2.5))
+    np.savez(tmp_path / "s.npz", x=np.arange(1, 4, dtype=np.float32), k=np.float32(2.5))
     bundle = host_build(write_recipe, tmp_path, "scalar", "samples: s.npz\n")
     assert np.load(bundle.file("golden/input_1.npy")).shape == ()
     assert validate_local(bundle.path).ok
