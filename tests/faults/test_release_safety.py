@@ -409,15 +409,22 @@ def use_inodes(folder: Path, leave: int) -> Path:
     return fillers
 
 
-# a release is 10 inodes (its directory, golden/, 8 files), the in-flight marker one more,
-# validation two (its directory, an output)
-@pytest.mark.parametrize("leave, step", [(1, "mkdir"), (5, "upload"), (10, "validation")],
+def release_inodes(folder: Path) -> int:
+    """Inodes a release takes: its directory and everything under it (golden/, its files)."""
+    return 1 + sum(1 for _ in folder.rglob("*"))
+
+
+# how many inodes to leave, from a release's count: one (the staging directory fits, nothing
+# in it); half a release (mid-upload); a whole release and the in-flight marker, so validation
+# (its directory, an output) finds none
+@pytest.mark.parametrize("leave, step", [(lambda n: 1, "mkdir"), (lambda n: n // 2, "upload"),
+                                         (lambda n: n + 1, "validation")],
                          ids=["staging", "mid-upload", "validation"])
 def test_inodes_exhausted_during_a_deploy_are_one_typed_line_and_the_next_deploy_cleans_up(
         bundles, device, fault_device, few_inodes, leave, step):
     old, new = release_of(bundles["v1"]), release_of(bundles["v2"])
     assert deploy(bundles["v1"], fault_device).returncode == 0
-    fillers = use_inodes(few_inodes, leave)
+    fillers = use_inodes(few_inodes, leave(release_inodes(device.app_dir / "releases" / old)))
     proc = deploy(bundles["v2"], fault_device)
     assert proc.returncode == 15, proc.stderr
     line = one_line_error(proc)
