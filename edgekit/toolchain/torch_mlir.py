@@ -7,6 +7,7 @@ and the form IREE 3.13 parses from torch-mlir's TOSA — the pretty text does no
 from __future__ import annotations
 
 import io
+import os
 import re
 
 import torch
@@ -50,15 +51,26 @@ def import_program(program: torch.export.ExportedProgram) -> bytes:
 
 def import_onnx(model) -> bytes:
     """ONNX ModelProto (shapes inferred) → torch-backend MLIR bytecode, entry renamed `main`."""
-    return import_onnx_both(model)[1]
+    return onnx_to_torch_backend(import_onnx_form(model))
 
 
-def import_onnx_both(model) -> tuple[bytes, bytes]:
-    """The ONNX import as IREE's own ONNX input takes it (`torch.operator "onnx.*"`), and the
-    same module converted to the torch backend form the tosa/linalg lowerings start from."""
+def import_onnx_form(model) -> bytes:
+    """The ONNX import as IREE's own ONNX input takes it (`torch.operator "onnx.*"`, entry
+    `main`), made in a child process: an importer crash is a LowerFailure with its signal."""
+    return in_child(_import_onnx_form, model, what="torch-mlir's ONNX importer")
+
+
+def onnx_to_torch_backend(onnx_form: bytes) -> bytes:
+    """torch-mlir's ONNX→torch conversion (`torch-onnx-to-torch-backend-pipeline`): the form
+    the tosa and linalg lowerings start from. In a child process (it has segfaulted on
+    conformance models): a crash is a LowerFailure with its signal."""
+    return in_child(_onnx_to_torch_backend, onnx_form,
+                    what="torch-mlir's ONNX→torch conversion")
+
+
+def _import_onnx_form(model) -> bytes:
     from torch_mlir import ir
     from torch_mlir.extras import onnx_importer
-    from torch_mlir.passmanager import PassManager
     context, diagnostics = _context_collecting_diagnostics()
     try:
         info = onnx_importer.ModelInfo(model)
@@ -68,12 +80,73 @@ def import_onnx_both(model) -> tuple[bytes, bytes]:
             for op in module.regions[0].blocks[0].operations:
                 if op.operation.name == "func.func":
                     op.operation.attributes["sym_name"] = ir.StringAttr.get("main")
-            onnx_form = _bytecode(module)
-            PassManager.parse("builtin.module(torch-onnx-to-torch-backend-pipeline)").run(module)
+            return _bytecode(module)
     except Exception as exc:  # the importer raises bare Exceptions; translate them here
-        text = "\n".join(diagnostics) or str(exc)
+        text = "\n".join(diagnostics) or f"{type(exc).__name__}: {exc}"
         raise LowerFailure(_ops_in(text), text) from None
-    return onnx_form, _bytecode(module)
+
+
+def _onnx_to_torch_backend(onnx_form: bytes) -> bytes:
+    from torch_mlir import ir
+    from torch_mlir.passmanager import PassManager
+    context, diagnostics = _context_collecting_diagnostics()
+    with context:
+        try:
+            module = ir.Module.parse(onnx_form)
+            PassManager.parse("builtin.module(torch-onnx-to-torch-backend-pipeline)").run(
+                module.operation)
+        except Exception as exc:  # torch-mlir raises bare Exceptions; translate them here
+            text = "\n".join(diagnostics) or f"{type(exc).__name__}: {exc}"
+            raise LowerFailure(_ops_in(text), text) from None
+        return _bytecode(module)
+
+
+def in_child(fn, *args, what: str) -> bytes:
+    """fn(*args) → bytes, run in a forked child (cheap: torch-mlir is imported already).
+    A LowerFailure comes back as one; a crash (signal) or an exit without a result becomes a
+    LowerFailure naming the signal and the child's last stderr line. Without fork (or with
+    EDGEKIT_NO_FORK=1) fn runs here."""
+    if not hasattr(os, "fork") or os.environ.get("EDGEKIT_NO_FORK", "") not in ("", "0"):
+        return fn(*args)
+    import json
+    import signal
+    import sys
+    import tempfile
+    with tempfile.TemporaryFile() as stderr:
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(read_fd)
+            os.dup2(stderr.fileno(), 2)
+            try:
+                payload = b"ok" + fn(*args)
+            except LowerFailure as failure:
+                payload = b"lf" + json.dumps([failure.ops, failure.diagnostics]).encode()
+            except BaseException as exc:  # anything else: a failure with its type, not a hang
+                payload = b"lf" + json.dumps([[], f"{type(exc).__name__}: {exc}"]).encode()
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(payload)
+            os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as result:
+            data = result.read()
+        _, status = os.waitpid(pid, 0)
+        if data[:2] == b"ok" and os.WIFEXITED(status):
+            return data[2:]
+        if data[:2] == b"lf":
+            ops, diagnostics = json.loads(data[2:])
+            raise LowerFailure(tuple(ops), diagnostics)
+        stderr.seek(0)
+        lines = [ln.strip() for ln in stderr.read().decode(errors="replace").splitlines()
+                 if ln.strip()]
+        last = f": {lines[-1][:200]}" if lines else ""
+        cause = (f"crashed with {signal.Signals(os.WTERMSIG(status)).name}"
+                 if os.WIFSIGNALED(status) else
+                 f"exited with status {os.WEXITSTATUS(status)} without a result")
+        text = f"{what} {cause}{last}"
+        raise LowerFailure(_ops_in(text), text)
 
 
 def _weights_as_raw_bytes():
