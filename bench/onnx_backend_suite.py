@@ -316,6 +316,20 @@ def print_report(summary: dict, results: list[dict], paths) -> None:
             print(f"  {stage}: {op} ×{len(rs)}: {rs[0].get('reason', '')[:160]}")
 
 
+def write_ratchet(path: Path, results: list[dict], sample: int) -> None:
+    passed = sorted(r["case"] for r in results if r["path"] == "edgekit" and r["ok"])
+    import onnx
+    path.write_text(
+        f"# ONNX node cases (every {sample}th) that edgekit passes for host; onnx "
+        f"{onnx.__version__}.\n# Regenerate: python3 bench/onnx_backend_suite.py --sample "
+        f"{sample} --paths edgekit --ratchet-out {path}\n" + "".join(f"{c}\n" for c in passed))
+
+
+def read_ratchet(path: Path) -> set[str]:
+    return {ln.strip() for ln in path.read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=1, help="run every N-th case")
@@ -326,6 +340,10 @@ def main() -> int:
     parser.add_argument("--target", default="host")
     parser.add_argument("--json", type=Path, help="write every row and the summary here")
     parser.add_argument("--quiet", action="store_true", help="no line per case")
+    parser.add_argument("--ratchet-out", type=Path,
+                        help="write the cases edgekit passes here (the CI tier's ratchet: "
+                             "--sample 6 --paths edgekit --ratchet-out "
+                             "tests/onnx_suite/passing.txt)")
     opts = parser.parse_args()
     paths = tuple(p for p in opts.paths.split(",") if p)
     unknown = [p for p in paths if p not in PATHS]
@@ -357,6 +375,9 @@ def main() -> int:
     results = run_all(cases, paths, opts.jobs, opts.timeout, opts.target, progress)
     summary = summarize(results, paths, time.monotonic() - started)
     print_report(summary, results, paths)
+    if opts.ratchet_out:
+        write_ratchet(opts.ratchet_out, results, opts.sample)
+        print(f"wrote {opts.ratchet_out}")
     if opts.json:
         opts.json.write_text(json.dumps({"summary": summary, "results": results}, indent=1))
         print(f"\nwrote {opts.json}")
