@@ -39,6 +39,10 @@ def build_summary(result: BuildResult) -> None:
         note += f" — {m.lowering.note}"
     out.print(f"  lowering: {m.lowering.used}{note} (requested {m.lowering.requested}); "
               f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
+    if m.golden_reference:
+        out.print(f"  golden outputs: {m.golden_reference}")
+    for note in m.model_notes:
+        out.print(f"  [yellow]model: {note}[/]")
     if m.tuning:
         t = m.tuning
         out.print(f"  tuned variant: {t.variant} (p50 {t.p50_ms:.4f} ms at {t.threads} thread(s) "

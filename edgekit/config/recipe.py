@@ -17,7 +17,12 @@ from edgekit.config.timeouts import Timeouts
 from edgekit.config.yamlsrc import load_yaml, validate
 from edgekit.errors import ConfigError
 
-DType = Literal["float32", "float16", "int64", "int32", "int8", "uint8", "bool"]
+# Every tensor element type IREE computes that a .npy file can hold one element per entry
+# (numpy's own, plus ml_dtypes' bfloat16 and float8 kinds: onnx uses the same names). 4-bit and
+# smaller types are absent: IREE packs them several to a byte, a .npy holds one per byte.
+DType = Literal["float32", "float16", "float64", "bfloat16",
+                "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool"]
 LoweringChoice = Literal["auto", "tosa", "linalg", "torch"]
 
 
@@ -53,7 +58,10 @@ class ModelSource(Frozen):
 
 
 class InputSpec(Frozen):
-    name: str = pydantic.Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # the model's own name (an ONNX graph's `gpu_0/data_0` too): it only labels the input in
+    # messages and manifests; files and function arguments go by position
+    name: str = pydantic.Field(pattern=r"^[^\x00-\x1f\x7f]{1,200}$",
+                               description="the input's name in the model (any printable text)")
     shape: tuple[int | str, ...] = pydantic.Field(
         description="sizes; a string names a dynamic dimension declared in `dynamic_dims`")
     dtype: DType = "float32"

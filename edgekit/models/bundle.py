@@ -148,6 +148,8 @@ class Manifest(Frozen):
     tuning: TuningNote | None = None
     quantization: QuantizationNote | None = None
     hooks: Hooks | None = None        # the recipe's, so a prebuilt bundle deploys like its recipe
+    golden_reference: str = ""        # what computed the golden outputs (name and version)
+    model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")

@@ -24,11 +24,14 @@ class ExportedModel(Generic[G]):
     outputs: tuple[TensorSig, ...]
     quantization: QuantizationNote | None = None  # set by the quantize stage
     rewrites: tuple[str, ...] = ()         # graph rewrites applied before lowering (what, how many)
+    reference: str = ""                    # what computed `golden` (name and version)
+    notes: tuple[str, ...] = ()            # what loading changed about the model (opset upgrade…)
 
 
 def with_signature(frontend: Frontend[G], program: G, digest: str, names: tuple[str, ...],
                    shapes: list, samples: tuple[np.ndarray, ...],
-                   golden: tuple[np.ndarray, ...]) -> ExportedModel[G]:
+                   golden: tuple[np.ndarray, ...], reference: str = "",
+                   notes: tuple[str, ...] = ()) -> ExportedModel[G]:
     """The ExportedModel, with input signatures as declared and outputs as the golden run
     produced them."""
     inputs = tuple(TensorSig(name=name, shape=shape, dtype=str(s.dtype))
@@ -36,7 +39,8 @@ def with_signature(frontend: Frontend[G], program: G, digest: str, names: tuple[
     outputs = tuple(TensorSig(name=f"output_{i}", shape=g.shape, dtype=str(g.dtype))
                     for i, g in enumerate(golden))
     return ExportedModel(frontend=frontend, program=program, digest=digest,
-                         samples=tuple(samples), golden=golden, inputs=inputs, outputs=outputs)
+                         samples=tuple(samples), golden=golden, inputs=inputs, outputs=outputs,
+                         reference=reference, notes=notes)
 
 
 def declared_shape(recipe: Recipe, index: int, sample: np.ndarray) -> tuple[int | str, ...]:

@@ -27,6 +27,8 @@ class LoadedModel:
     model: object                        # the frontend's: only it looks inside
     samples: tuple[np.ndarray, ...]      # one golden input set, in argument order
     input_names: tuple[str, ...]
+    notes: tuple[str, ...] = ()          # what loading changed (e.g. an opset upgrade)
+    random_inputs: tuple[str, ...] = ()  # inputs whose sample edgekit made up
 
 
 def import_callable(recipe: Recipe, spec: str, what: str):
@@ -64,8 +66,8 @@ def read_npz(path: Path, key: str) -> dict[str, np.ndarray]:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
             raise ValueError("a single .npy array, not an .npz archive")
-        with data:
-            return {name: np.ascontiguousarray(data[name]) for name in data.files}
+        with data:  # np.require keeps 0-d arrays 0-d (ascontiguousarray makes them [1])
+            return {name: np.require(data[name], requirements="C") for name in data.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         if "allow_pickle" in reason:
@@ -75,20 +77,42 @@ def read_npz(path: Path, key: str) -> dict[str, np.ndarray]:
             from None
 
 
-def sample_inputs(recipe: Recipe, examples: tuple[np.ndarray, ...] | None
-                  ) -> tuple[np.ndarray, ...]:
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a recipe dtype name (bfloat16 and float8 kinds from ml_dtypes)."""
+    if name.startswith(("bfloat16", "float8")):
+        import ml_dtypes  # noqa: F401  registers its names with numpy
+    return np.dtype(name)
+
+
+def as_declared(array: np.ndarray, dtype: str) -> np.ndarray:
+    """A sample read from a .npy/.npz as `dtype`: numpy writes ml_dtypes arrays (bfloat16,
+    float8) as raw bytes ('<V2'), which come back as void of the same width."""
+    wanted = numpy_dtype(dtype)
+    if array.dtype.kind == "V" and array.dtype.itemsize == wanted.itemsize \
+            and array.dtype != wanted:
+        return array.view(wanted)
+    return array
+
+
+def sample_inputs(recipe: Recipe, examples: tuple[np.ndarray, ...] | None,
+                  specs: tuple[InputSpec, ...] | None = None) -> tuple[np.ndarray, ...]:
     """The golden input set: the recipe's samples file, else random inputs as declared, else
-    the model source's example inputs."""
+    the model source's example inputs. `specs`: the model's own signature where it has one
+    (ONNX), used when the recipe declares no `inputs:`."""
+    specs = recipe.inputs or specs or ()
     if recipe.samples:
+        where = str(recipe.resolve(recipe.samples))
         data = read_npz(recipe.resolve(recipe.samples), "samples")
-        names = [s.name for s in recipe.inputs] or list(data)
+        names = [s.name for s in specs] or list(data)
         missing = [n for n in names if n not in data]
         if missing:
             raise ModelLoadError(f"samples file lacks inputs {missing} (has {list(data)})",
-                                 where=str(recipe.resolve(recipe.samples)))
-        arrays = tuple(data[n] for n in names)
-        for spec, array in zip(recipe.inputs, arrays):
-            _check_sample(spec, array, recipe)
+                                 where=where,
+                                 hint="save one array per model input under its name")
+        arrays = tuple(as_declared(data[s.name], s.dtype) for s in specs) if specs else \
+            tuple(data[n] for n in names)
+        for spec, array in zip(specs, arrays):
+            _check_sample(spec, array, recipe, where)
         return arrays
     if recipe.inputs:
         rng = np.random.default_rng(recipe.seed)
@@ -100,26 +124,43 @@ def sample_inputs(recipe: Recipe, examples: tuple[np.ndarray, ...] | None
     return examples
 
 
-def _check_sample(spec: InputSpec, array: np.ndarray, recipe: Recipe) -> None:
+def _check_sample(spec: InputSpec, array: np.ndarray, recipe: Recipe, where: str) -> None:
     fits = len(array.shape) == len(spec.shape) and all(
         isinstance(d, str) or d == n for d, n in zip(spec.shape, array.shape))
     if not fits or str(array.dtype) != spec.dtype:
         raise ModelLoadError(
-            f"sample '{spec.name}' is {array.dtype}{list(array.shape)} but the recipe declares "
-            f"{spec.dtype}{list(spec.shape)}", where=str(recipe.resolve(recipe.samples or "")))
+            f"sample {spec.name!r} is {array.dtype}{list(array.shape)} but the "
+            f"{'recipe declares' if recipe.inputs else 'model takes'} "
+            f"{spec.dtype}{list(spec.shape)}", where=where,
+            hint=f"save {spec.name!r} as a {spec.dtype} array of that shape")
+
+
+def example_shape(spec: InputSpec, recipe: Recipe) -> tuple[int, ...]:
+    """The sizes of a random sample: named dims at their `example` (else `min`) size."""
+    return tuple(d if isinstance(d, int) else
+                 (recipe.dynamic_dims[d].example or recipe.dynamic_dims[d].min)
+                 for d in spec.shape)
 
 
 def random_input(spec: InputSpec, recipe: Recipe, rng: np.random.Generator) -> np.ndarray:
-    shape = tuple(d if isinstance(d, int) else
-                  (recipe.dynamic_dims[d].example or recipe.dynamic_dims[d].min)
-                  for d in spec.shape)
-    if spec.dtype == "bool":
+    return random_array(spec.dtype, example_shape(spec, recipe), rng, spec.low, spec.high)
+
+
+def random_array(dtype: str, shape: tuple[int, ...], rng: np.random.Generator,
+                 low: float | None = None, high: float | None = None) -> np.ndarray:
+    """Random values of `dtype`: booleans, integers in [low, high) (default [0, 100) clipped
+    to the type), floats uniform in [low, high) (default [-1, 1)), drawn in float32 and
+    rounded to narrower float types."""
+    if dtype == "bool":
         return rng.integers(0, 2, size=shape).astype(bool)
-    if spec.dtype.startswith(("int", "uint")):
-        info = np.iinfo(spec.dtype)
-        low = int(spec.low) if spec.low is not None else max(info.min, 0)
-        high = int(spec.high) if spec.high is not None else min(info.max, 100)
-        return rng.integers(low, high, size=shape, endpoint=False).astype(spec.dtype)
-    low = spec.low if spec.low is not None else -1.0
-    high = spec.high if spec.high is not None else 1.0
-    return rng.uniform(low, high, size=shape).astype(spec.dtype)
+    if dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        lo = int(low) if low is not None else max(info.min, 0)
+        hi = int(high) if high is not None else min(info.max, 100)
+        return rng.integers(lo, hi, size=shape, endpoint=False).astype(dtype)
+    lo = low if low is not None else -1.0
+    hi = high if high is not None else 1.0
+    values = rng.uniform(lo, hi, size=shape)
+    if dtype != "float64":
+        values = values.astype(np.float32)
+    return np.require(values.astype(numpy_dtype(dtype)), requirements="C")

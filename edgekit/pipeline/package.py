@@ -54,6 +54,15 @@ def _tolerances(recipe: Recipe, quantization: QuantizationNote | None) -> Valida
     return recipe.validation
 
 
+def _storable(array: np.ndarray) -> np.ndarray:
+    """The array as a .npy can hold it: ml_dtypes' types (bfloat16, float8) as raw bytes of
+    their width ('<V2', '<V1'), which numpy reads back and IREE's runtime takes as that type
+    (float8_e5m2 would be written as '<f1', which neither reads)."""
+    if array.dtype.isbuiltin != 2:   # 2: a user-defined (ml_dtypes) type
+        return array
+    return array.view(f"V{array.dtype.itemsize}")
+
+
 def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: Target,
                    directory: Path) -> Bundle:
     directory.mkdir(parents=True, exist_ok=True)
@@ -64,7 +73,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
     inputs = [f"golden/input_{i}.npy" for i in range(len(exported.samples))]
     outputs = [f"golden/output_{i}.npy" for i in range(len(exported.golden))]
     for rel, array in zip(inputs + outputs, exported.samples + exported.golden):
-        np.save(directory / rel, array, allow_pickle=False)
+        np.save(directory / rel, _storable(array), allow_pickle=False)
     files = {rel: sha256_file(directory / rel) for rel in [MODULE, *inputs, *outputs]}
     manifest = Manifest(
         app=identity.app,
@@ -89,6 +98,8 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         hooks=identity.hooks,
         build_key=identity.build_key,
         toolchain=toolchain_versions(),
+        golden_reference=exported.reference,
+        model_notes=exported.notes,
         files=files,
     )
     write_manifest(directory, manifest)

@@ -1,7 +1,9 @@
-"""The ONNX frontend: an .onnx file (onnx_source.py: safe loading, input signature) with golden
-outputs from onnxruntime, unoptimized; QDQ/QOperator recognition instead of quantizing
-(quantize/onnx_qdq.py); no graph rewrites; torch-mlir's ONNX importer, whose ONNX form is what
-the `torch` lowering hands IREE's own ONNX input (tried first), each step in a child process."""
+"""The ONNX frontend: an .onnx file (onnx_source.py: safe loading, opset upgrade, input
+signature; onnx_samples.py: random samples that fit the graph) with golden outputs from
+onnxruntime, unoptimized, or the onnx reference evaluator; QDQ/QOperator recognition instead of
+quantizing (quantize/onnx_qdq.py); no graph rewrites; torch-mlir's ONNX importer, whose ONNX form
+is what the `torch` lowering hands IREE's own ONNX input (tried first), each step in a child
+process."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from edgekit.config.recipe import InputSpec, ModelSource, Recipe
 from edgekit.errors import ConfigError, ModelLoadError, QuantizationError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
-from edgekit.pipeline.frontends.onnx_source import (load_onnx, onnx_digest, onnx_inputs,
-                                                    run_onnxruntime)
+from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
+                                                     refuse_shape_inputs)
+from edgekit.pipeline.frontends.onnx_source import (Reference, check_outputs, load_onnx,
+                                                    onnx_digest, onnx_inputs)
 from edgekit.pipeline.load import LoadedModel, random_input, sample_inputs
 from edgekit.pipeline.lower import ImportedGraph, LoweringSource
 from edgekit.toolchain import torch_mlir
@@ -32,6 +36,13 @@ Model: TypeAlias = "onnx.ModelProto"
 # contractions integer, where torch-mlir's own ONNX-to-torch pipeline leaves them f32 (measured,
 # 0 of 5 integer). The tosa and linalg lowerings start from that pipeline's torch-backend form.
 ONNX_INPUT = "onnx"
+# IREE computes float64 in float32 unless told otherwise (its entry points then take and return
+# f32: fed a float64 .npy, the module reads its bytes as f32 and answers garbage).
+F64_KEPT = "--iree-input-demote-f64-to-f32=false"
+
+
+def _f32(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.float32) if array.dtype == np.float64 else array
 
 
 class OnnxFrontend(Frontend[Model]):
@@ -41,35 +52,67 @@ class OnnxFrontend(Frontend[Model]):
 
     def load(self, recipe: Recipe) -> LoadedModel:
         path = recipe.resolve(recipe.model.onnx or "")
-        model = load_onnx(path)
-        graph_inputs = onnx_inputs(model)
+        where = str(path)
+        notes: list[str] = []
+        model = load_onnx(path, notes)
+        graph_inputs = onnx_inputs(model, where)
+        check_outputs(model, where)
+        names = tuple(n for n, _, _ in graph_inputs)
         if recipe.inputs:
-            names = tuple(s.name for s in recipe.inputs)
-            missing = sorted(set(names) - {n for n, _, _ in graph_inputs})
+            declared = tuple(s.name for s in recipe.inputs)
+            missing = sorted(set(declared) - set(names))
             if missing:
-                raise ModelLoadError(f"the model has no input(s) {missing}", where=str(path),
-                                     hint="its inputs: " + ", ".join(n for n, _, _ in
-                                                                     graph_inputs))
-            return LoadedModel(self, model, sample_inputs(recipe, None), names)
-        dynamic = {n: [d for d in shape if isinstance(d, str)] for n, shape, _ in graph_inputs}
-        dynamic = {n: d for n, d in dynamic.items() if d}
-        if dynamic:
-            raise ModelLoadError(
-                "the model has dynamic input dimensions: " + "; ".join(
-                    f"{n}: {', '.join(d)}" for n, d in dynamic.items()), where=str(path),
-                hint="declare `inputs:` with sizes (or named dims under `dynamic_dims`) in the "
-                     "recipe")
+                raise ModelLoadError(f"the model has no input(s) {missing}", where=where,
+                                     hint="its inputs: " + ", ".join(repr(n) for n in names))
+            specs, names = recipe.inputs, declared
+        else:
+            specs = tuple(InputSpec(name=n, shape=shape, dtype=dtype)
+                          for n, shape, dtype in graph_inputs)
+        if recipe.samples:
+            samples = sample_inputs(recipe, None, specs)
+            return LoadedModel(self, model, samples, names, notes=tuple(notes))
+        if not recipe.inputs:
+            dynamic = {n: [d for d in shape if isinstance(d, str)] for n, shape, _ in graph_inputs}
+            dynamic = {n: d for n, d in dynamic.items() if d}
+            if dynamic:
+                raise ModelLoadError(
+                    "the model has dynamic input dimensions: " + "; ".join(
+                        f"{n!r}: {', '.join(d)}" for n, d in dynamic.items()), where=where,
+                    hint="declare `inputs:` with sizes (or named dims under `dynamic_dims`) in "
+                         "the recipe, or give `samples:`")
+        roles = input_roles(model)
+        refuse_shape_inputs(roles, names, where)
         rng = np.random.default_rng(recipe.seed)
-        specs = [InputSpec(name=n, shape=shape, dtype=dtype) for n, shape, dtype in graph_inputs]
-        samples = tuple(random_input(spec, recipe, rng) for spec in specs)
-        return LoadedModel(self, model, samples, tuple(n for n, _, _ in graph_inputs))
+        drawn = {spec.name: random_input(spec, recipe, rng) for spec in specs}
+        # a range the recipe sets for an input wins over what the graph suggests
+        roles = {n: r for n, r in roles.items()
+                 if not any(s.name == n and (s.low is not None or s.high is not None)
+                            for s in specs)}
+        drawn = fit_to_roles(model, drawn, roles, rng)
+        # random integers are what a model refuses (indices, sizes); random floats rarely
+        suspects = tuple(n for n in names if drawn[n].dtype.kind in "iub") or names
+        return LoadedModel(self, model, tuple(drawn[n] for n in names), names,
+                           notes=tuple(notes), random_inputs=suspects)
 
     def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Model]:
-        """ONNX needs no export: its golden outputs come from onnxruntime, unoptimized."""
-        golden = run_onnxruntime(loaded.model, loaded.input_names, loaded.samples)
-        shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
+        """ONNX needs no export: its golden outputs come from onnxruntime, unoptimized (or the
+        onnx reference evaluator where onnxruntime cannot run the model)."""
+        keep_f64 = F64_KEPT in recipe.compile.flags
+        # the reference sees exactly the values the module sees (float64 rounded to float32)
+        samples = tuple(s if keep_f64 or s.dtype != np.float64 else
+                        s.astype(np.float32).astype(np.float64) for s in loaded.samples)
+        ref = Reference(loaded.model, loaded.input_names, loaded.random_inputs)
+        golden = ref(samples)
+        notes = loaded.notes
+        if not keep_f64 and any(a.dtype == np.float64 for a in (*samples, *golden)):
+            samples = tuple(_f32(s) for s in samples)
+            golden = tuple(_f32(g) for g in golden)
+            notes = (*notes, "float64 inputs and outputs are computed in float32 (IREE "
+                             f"demotes f64 by default; `{F64_KEPT}` in `compile.flags` keeps "
+                             "them)")
+        shapes = [declared_shape(recipe, i, s) for i, s in enumerate(samples)]
         return with_signature(self, loaded.model, onnx_digest(loaded.model), loaded.input_names,
-                              shapes, tuple(loaded.samples), golden)
+                              shapes, samples, golden, reference=ref.name, notes=notes)
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         """ONNX models arrive quantized: "int8" is the (QDQ) model as it is, "none" the fp32

@@ -77,7 +77,7 @@ class TorchFrontend(Frontend[Program]):
         golden = tuple(t.detach().contiguous().numpy() for t in flat
                        if isinstance(t, torch.Tensor))
         return with_signature(self, program, program_digest(program), names, shapes, samples,
-                              golden)
+                              golden, reference=f"PyTorch {torch.__version__} (eager)")
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize \
