@@ -131,6 +131,18 @@ class ValidationFailed(EdgekitError):
         self.report = report
 
 
+class UninformativeGolden(ValidationFailed):
+    """A golden output that cannot tell a right module from a wrong one (constant, all zero,
+    all NaN/Inf, the same for every sample): refused at build time unless the recipe accepts
+    it (`validation.accept_uninformative`)."""
+
+    def __init__(self, what: str, *, output: str, where: str | None = None,
+                 hint: str | None = None):
+        super().__init__(what, report=None, hint=hint)
+        self.where = where
+        self.output = output
+
+
 class BenchRegression(EdgekitError):
     """`edgekit bench compare` found a result slower than its baseline beyond the measured
     noise."""
@@ -225,7 +237,8 @@ EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, NotBuildable,
                 QuantizationError, ToolError,
-                BundleError, CannotRunHere, ValidationFailed, BenchRegression, DeviceError,
+                BundleError, CannotRunHere, ValidationFailed, UninformativeGolden,
+                BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
                 RemoteCommandFailed, HealthGateFailed, RolloutHalted, LabSetupError,
                 BundleNotTrusted)

@@ -77,8 +77,9 @@ def quantization_summary(q) -> None:
               f"({q.accuracy.source}):")
     for o in q.accuracy.outputs:
         top1 = f", top-1 agreement {o.top1_agreement:.1%}" if o.top1_agreement is not None else ""
-        out.print(f"    {o.name}: cosine min {o.min_cosine:.6f} / mean {o.mean_cosine:.6f}, "
-                  f"max abs error {o.max_abs_error:.3g}{top1}")
+        cos = ("cosine n/a (all zero)" if o.min_cosine is None else
+               f"cosine min {o.min_cosine:.6f} / mean {o.mean_cosine:.6f}")
+        out.print(f"    {o.name}: {cos}, max abs error {o.max_abs_error:.3g}{top1}")
 
 
 def quantization_comparison(results) -> None:
@@ -101,7 +102,8 @@ def quantization_comparison(results) -> None:
         speed = (f"{base.p50_ms / r.p50_ms:.2f}×" if base and base.p50_ms and r.p50_ms else "")
         table.add_row(
             r.mode, f"{r.size:,} B", f"{r.size / base.size:.2f}×" if base else "",
-            f"{acc.min_cosine:.6f}" if acc else "1" if not q else "n/a",
+            f"{acc.min_cosine:.6f}" if acc and acc.min_cosine is not None else
+            "1" if not q else "n/a",
             f"{acc.max_abs_error:.3g}" if acc else "0" if not q else "n/a",
             f"{acc.top1_agreement:.1%}" if acc and acc.top1_agreement is not None else "",
             compute, f"{r.p50_ms:.4f}" if r.p50_ms else
@@ -139,7 +141,8 @@ def validation_table(report: ValidationReport) -> None:
         top1 = "-" if c.top1_agreement is None else f"{c.top1_agreement:.0%}"
         result = "[green]ok[/]" if c.ok else "[red]FAIL[/] " + "; ".join(c.problems)
         table.add_row(c.name, "×".join(map(str, c.shape)), f"{c.max_abs_error:.3g}",
-                      f"{c.max_rel_error:.3g}", f"{c.cosine:.6f}", top1, result)
+                      f"{c.max_rel_error:.3g}",
+                      "n/a" if c.cosine is None else f"{c.cosine:.6f}", top1, result)
     out.print(table)
     verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
     out.print(f"{verdict} ({report.seconds * 1000:.1f} ms run)")

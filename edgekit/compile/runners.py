@@ -23,6 +23,7 @@ from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
+from edgekit.validate.compare import as_declared
 
 log = logging.getLogger("edgekit.compile")
 
@@ -63,11 +64,15 @@ class Runner:
     stats: CallStats
     description: str = field(default="")
 
+    declared: tuple[str, ...] = field(default=())   # the manifest's output dtypes
+
     def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         started = time.perf_counter()
         outputs = self._run(arrays)
         self.stats.record(time.perf_counter() - started)
-        return outputs
+        # IREE's integers are signless: a uint8 result comes back labelled int8
+        return [as_declared(o, d) for o, d in zip(outputs, self.declared)] + \
+            outputs[len(self.declared):]
 
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
@@ -188,5 +193,6 @@ def make_runner(bundle: Bundle, graph: int, device: str | None, identity: str | 
     else:
         stats = CallStats(graph, "host (iree-run-module)")
         runner = ToolRunner(bundle, stats)
+    runner.declared = tuple(o.dtype for o in m.outputs)
     _ALL_STATS.append(stats)
     return runner

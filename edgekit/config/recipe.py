@@ -76,21 +76,50 @@ class DynamicDim(Frozen):
 
 
 class Tolerance(Frozen):
-    atol: float = pydantic.Field(default=1e-4, ge=0)
-    rtol: float = pydantic.Field(default=1e-3, ge=0)
-    min_cosine: float = pydantic.Field(default=0.999, ge=-1, le=1)
-    top1: Literal["auto", "always", "never"] = pydantic.Field(
-        default="auto", description="compare arg-max; 'auto' does it for logits-like outputs")
+    """How close a module's output must be to the golden one. A value left out (None) is the
+    default for the output's dtype (validate/tolerance.py; README "Validation")."""
+
+    atol: float | None = pydantic.Field(
+        default=None, ge=0, description="absolute error allowed; default by dtype (float32 "
+                                        "1e-4, float16/bfloat16 8 eps, integers and bool 0)")
+    rtol: float | None = pydantic.Field(
+        default=None, ge=0, description="relative error allowed (of the golden value); default "
+                                        "by dtype (float32 1e-3, float16/bfloat16 8 eps)")
+    min_cosine: float | None = pydantic.Field(
+        default=None, ge=-1, le=1, description="lowest cosine similarity (float outputs whose "
+                                               "reference is not all within atol of zero); "
+                                               "default 0.999")
+    top1: Literal["auto", "always", "never"] | None = pydantic.Field(
+        default=None, description="compare arg-max per row; 'auto' (the default): only for "
+                                  "classifier-shaped outputs (README: Validation)")
 
 
 class Validation(Tolerance):
+    """The top-level values apply to floating-point outputs; integer and bool outputs are
+    compared exactly unless `outputs: {name: ...}` sets their tolerance."""
+
     outputs: dict[str, Tolerance] = pydantic.Field(
         default_factory=dict, description="per-output overrides, keyed by output name")
+    accept_uninformative: bool | tuple[str, ...] = pydantic.Field(
+        default=False,
+        description="build although these outputs' golden values cannot tell a right module "
+                    "from a wrong one (constant, all zero, all NaN/Inf, the same for every "
+                    "sample): true for all outputs, or a list of output names")
 
-    def for_output(self, name: str) -> Tolerance:
-        if name in self.outputs:
-            return self.outputs[name]
-        return Tolerance(**self.model_dump(exclude={"outputs"}))
+    def for_output(self, name: str, exact: bool = False) -> Tolerance:
+        """The tolerance written for output `name`: its own entry over the top-level values
+        (these only for floating-point outputs: `exact` outputs are integer or bool); a field
+        still None takes the dtype's default when compared."""
+        own = self.outputs.get(name, Tolerance())
+        if exact:
+            return own
+        top = self.model_dump(include={"atol", "rtol", "min_cosine", "top1"})
+        return Tolerance(**{**{k: v for k, v in top.items() if v is not None},
+                            **own.model_dump(exclude_none=True)})
+
+    def accepts_uninformative(self, name: str) -> bool:
+        accepted = self.accept_uninformative
+        return accepted is True or (isinstance(accepted, tuple) and name in accepted)
 
 
 class CompileOptions(Frozen):

@@ -39,7 +39,8 @@ from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
 from edgekit.models.bundle import Bundle, MANIFEST, SIGNATURE, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
-from edgekit.validate.compare import compare_output
+from edgekit.validate.compare import as_declared, compare_output
+from edgekit.validate.tolerance import output_limits
 
 
 @dataclass(frozen=True)
@@ -344,8 +345,10 @@ def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtim
                     actual = np.load(local, allow_pickle=False)
                 except (ValueError, EOFError, OSError) as exc:
                     raise _unreadable_output(conn, m.app, f"output_{i}.npy", exc) from None
-                comparisons.append(compare_output(sig.name, actual, expected,
-                                                  m.tolerances.for_output(sig.name)))
+                # IREE's integers are signless: read it as the manifest declares it
+                comparisons.append(compare_output(
+                    sig.name, as_declared(actual, sig.dtype), expected,
+                    output_limits(m.tolerances, sig.name, str(expected.dtype))))
     finally:
         _remove_quietly(conn, out_dir)
     return ValidationReport(app=m.app, target=m.target, where=conn.where,
@@ -369,8 +372,8 @@ def _unreadable_output(conn: Transport, app: str, name: str,
 
 def _run_failed(name: str, expected: np.ndarray, stderr: bytes):
     tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-    return OutputComparison(name=name, shape=tuple(expected.shape), max_abs_error=float("inf"),
-                            max_rel_error=float("inf"), cosine=float("nan"), ok=False,
+    return OutputComparison(name=name, shape=tuple(expected.shape), dtype=str(expected.dtype),
+                            max_abs_error=float("inf"), max_rel_error=float("inf"), ok=False,
                             problems=(f"iree-run-module failed on the device: {tail[0]}",))
 
 

@@ -83,8 +83,8 @@ class TuningNote(Frozen):
 class OutputAccuracy(Frozen):
     name: str
     max_abs_error: float
-    min_cosine: float               # the worst held-out sample
-    mean_cosine: float
+    min_cosine: float | None        # the worst held-out sample; None: undefined on every
+    mean_cosine: float | None       # sample (an all-zero output: the abs error judges it)
     top1_agreement: float | None = None  # classifiers (logits-like outputs) only
 
 

@@ -8,9 +8,11 @@ from edgekit.config.schema_base import Frozen
 class OutputComparison(Frozen):
     name: str
     shape: tuple[int, ...]
+    dtype: str = ""                      # the golden output's
+    limits: str = ""                     # what it was held to (atol, rtol, cosine; the rule)
     max_abs_error: float
     max_rel_error: float
-    cosine: float
+    cosine: float | None = None          # None: undefined (a side all zero) or not computed
     top1_agreement: float | None = None  # fraction of rows whose arg-max matches; None: n/a
     ok: bool
     problems: tuple[str, ...] = ()

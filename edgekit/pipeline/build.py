@@ -35,6 +35,8 @@ from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.signing import sign_bundle, verify_bundle
 from edgekit.toolchain.versions import toolchain_versions
+from edgekit.validate.golden import check_golden
+from edgekit.validate.tolerance import with_build_defaults
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ FRONT: tuple[Stage[Recipe], ...] = (
           lambda recipe, loaded: loaded.frontend.export(recipe, loaded)),
     Stage("quantize", ExportedModel, ExportedModel,
           lambda recipe, exported: exported.frontend.quantize(recipe, exported)),
+    Stage("check golden", ExportedModel, ExportedModel,
+          lambda recipe, exported: refuse_uninformative(recipe, exported)),
 )
 BACK: tuple[Stage[BackContext], ...] = (
     Stage("rewrite", ExportedModel, ExportedModel,
@@ -139,6 +143,17 @@ BACK: tuple[Stage[BackContext], ...] = (
 )
 check_plan(FRONT, Recipe, ExportedModel)
 check_plan(BACK, ExportedModel, Bundle)
+
+
+def refuse_uninformative(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
+    """Before anything compiles: refuse golden outputs that cannot tell a right module from a
+    wrong one (validate/golden.py), unless the recipe accepts them. Held to the tolerances the
+    bundle will carry (a quantized build's own)."""
+    mode = exported.quantization.mode if exported.quantization else None
+    check_golden(with_build_defaults(recipe.validation, mode),
+                 [o.name for o in exported.outputs], [exported.golden], [exported.samples],
+                 where=str(recipe.path))
+    return exported
 
 
 def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) -> BuildResult:

@@ -17,6 +17,7 @@ from edgekit.models.bundle import (MODULE, Bundle, Manifest, QuantizationNote, s
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
+from edgekit.validate.tolerance import with_build_defaults
 
 
 @dataclass(frozen=True)
@@ -41,17 +42,10 @@ class BundleIdentity:
                    else None, build_key=build_key)
 
 
-# An int8 module can differ from its quantized reference model where a requantization rounds the
-# other way (one int8 step, e.g. 8e-4 at a transformer block's output); the cosine stays strict.
-INT8_TOLERANCES = Validation(atol=1e-2, rtol=1e-2, min_cosine=0.9999)
-
-
 def _tolerances(recipe: Recipe, quantization: QuantizationNote | None) -> Validation:
-    """The recipe's `validation:`, or for int8 builds that set none, int8's defaults."""
-    quantized = quantization is not None and quantization.mode == "int8"
-    if quantized and not recipe.validation.model_fields_set:
-        return INT8_TOLERANCES
-    return recipe.validation
+    """The recipe's `validation:`, its top-level gaps filled by a quantized build's defaults
+    (int8: one int8 step; fp16: float16's rule): the manifest says what a device is held to."""
+    return with_build_defaults(recipe.validation, quantization.mode if quantization else None)
 
 
 def _storable(array: np.ndarray) -> np.ndarray:

@@ -1,4 +1,17 @@
-"""Compare actual outputs with golden ones under per-output tolerances. Pure numpy."""
+"""Compare actual outputs with golden ones under per-output limits. Pure numpy.
+
+The rules (README "Validation"):
+- shape, then dtype, must be the golden output's;
+- integer and bool outputs are equal element for element (unless a tolerance is set for them);
+- NaN and ±Inf must sit at the same places with the same values as in the reference; errors and
+  cosine are computed over the positions finite in both;
+- |actual - expected| <= atol + rtol·|expected| everywhere;
+- cosine >= min_cosine for float outputs, where the cosine is defined (neither side all zero)
+  and means something (some reference value beyond atol); undefined is reported as such and
+  proves nothing;
+- arg-max agreement per row: `top1: always`, or `auto` for classifier-shaped outputs only
+  (:func:`classifier_shaped`).
+"""
 
 from __future__ import annotations
 
@@ -8,44 +21,132 @@ import numpy as np
 
 from edgekit.config.recipe import Tolerance
 from edgekit.models.report import OutputComparison, ValidationReport
+from edgekit.validate.tolerance import Limits, limits, output_limits
+
+# output names that say "class scores" (any case) — and names that say "not a classifier"
+CLASSIFIER_WORDS = ("logit", "score", "prob", "class")
+NOT_CLASSIFIER_WORDS = ("embed", "hidden", "pool", "feature", "state")
+ROW_SUM_SLACK = 1e-3    # rows of probabilities sum to 1 within this
 
 
-def looks_like_logits(expected: np.ndarray) -> bool:
-    """Float [..., classes] with a handful of classes or more: arg-max agreement means something."""
-    return (np.issubdtype(expected.dtype, np.floating) and expected.ndim >= 2
-            and expected.shape[-1] >= 2)
+def dtype_name(array: np.ndarray) -> str:
+    return str(array.dtype)
+
+
+def as_declared(array: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
+    """An output as its declared dtype where only the signedness differs (same bit width):
+    IREE's integers are signless, so a uint8 result comes back labelled int8 though its bits
+    are the uint8 answer. Anything else is returned as it is (and a dtype check fails it)."""
+    try:
+        want = np.dtype(dtype)
+    except TypeError:
+        return array
+    have = array.dtype
+    if have != want and have.kind in "iu" and want.kind in "iu" and \
+            have.itemsize == want.itemsize:
+        return array.view(want)
+    return array
+
+
+def classifier_shaped(name: str, expected: np.ndarray) -> bool:
+    """`top1: auto`: a floating-point [N, C] output (C >= 2) whose name says class scores
+    (contains logit, score, prob or class) or whose rows are probability distributions
+    (softmax: in [0, 1], summing to 1; log-softmax: their exponentials do) — and whose name
+    does not say embedding, hidden, pool, feature or state."""
+    if expected.dtype.kind != "f" and not _ml_float(expected):
+        return False
+    if expected.ndim != 2 or expected.shape[1] < 2 or expected.shape[0] < 1:
+        return False
+    lowered = name.lower()
+    if any(w in lowered for w in NOT_CLASSIFIER_WORDS):
+        return False
+    if any(w in lowered for w in CLASSIFIER_WORDS):
+        return True
+    rows = expected.astype(np.float64)
+    if not np.all(np.isfinite(rows)):
+        return False
+    if rows.min() >= 0 and rows.max() <= 1:
+        return bool(np.all(np.abs(rows.sum(axis=1) - 1) <= ROW_SUM_SLACK))
+    if rows.max() <= 0:
+        return bool(np.all(np.abs(np.exp(rows).sum(axis=1) - 1) <= ROW_SUM_SLACK))
+    return False
+
+
+def wants_top1(mode: str | None, name: str, expected: np.ndarray) -> bool:
+    """Whether arg-max agreement is checked: `always` (any output with a last axis), `never`,
+    or `auto`/None: classifier-shaped outputs only."""
+    if expected.ndim == 0 or expected.size == 0 or mode == "never":
+        return False
+    return mode == "always" or classifier_shaped(name, expected)
+
+
+def _ml_float(array: np.ndarray) -> bool:
+    """ml_dtypes' floats (bfloat16, float8_*) are numpy kind 'V'."""
+    return dtype_name(array).startswith(("bfloat", "float"))
 
 
 def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
-                   tol: Tolerance) -> OutputComparison:
-    problems: list[str] = []
+                   tol: Tolerance | Limits) -> OutputComparison:
+    """One output against its golden value; `tol` as the recipe wrote it (gaps filled by the
+    golden dtype's defaults) or already resolved."""
+    lim = tol if isinstance(tol, Limits) else limits(tol, dtype_name(expected))
+    head = dict(name=name, shape=tuple(expected.shape), dtype=dtype_name(expected),
+                limits=lim.describe())
     if actual.shape != expected.shape:
-        return OutputComparison(name=name, shape=tuple(expected.shape), max_abs_error=float("inf"),
-                                max_rel_error=float("inf"), cosine=float("nan"), ok=False,
-                                problems=(f"shape {actual.shape} != expected {expected.shape}",))
-    a = actual.astype(np.float64)
-    e = expected.astype(np.float64)
-    if not np.all(np.isfinite(a) == np.isfinite(e)):
-        problems.append("non-finite values (NaN/Inf) where the reference has none")
-    finite = np.isfinite(a) & np.isfinite(e)
-    diff = np.abs(a - e)[finite]
+        return failed(head, f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if actual.dtype != expected.dtype:
+        return failed(head, f"dtype {dtype_name(actual)}, expected {dtype_name(expected)}")
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    problems: list[str] = []
+    if lim.exact and lim.atol == 0 and lim.rtol == 0:
+        differ = actual != expected
+        if np.any(differ):
+            at = _first(differ)
+            problems.append(f"{int(differ.sum())} of {differ.size} values differ (first at "
+                            f"{at}: {actual[at].item()}, expected {expected[at].item()})")
+    fa, fe = np.isfinite(a), np.isfinite(e)
+    if fa.all() and fe.all():     # the common case: no masks, no copies
+        af, ef = a.ravel(), e.ravel()
+    else:
+        nonfinite = ((np.isnan(a) != np.isnan(e)) | (np.isposinf(a) != np.isposinf(e))
+                     | (np.isneginf(a) != np.isneginf(e)))
+        if np.any(nonfinite):
+            at = _first(nonfinite)
+            problems.append(f"NaN/Inf at {int(nonfinite.sum())} place(s) where the reference "
+                            f"differs (first at {at}: {a[at]:g}, expected {e[at]:g})")
+        finite = fa & fe
+        af, ef = a[finite], e[finite]
+    diff = np.abs(af - ef)
+    size = np.abs(ef)
     max_abs = float(diff.max()) if diff.size else 0.0
-    rel = diff / np.maximum(np.abs(e[finite]), np.finfo(np.float32).tiny)
-    max_rel = float(rel.max()) if rel.size else 0.0
-    cosine_value = cosine(a, e)
-    if diff.size and np.any(diff > tol.atol + tol.rtol * np.abs(e[finite])):
-        problems.append(f"max abs error {max_abs:.3g} exceeds atol {tol.atol:g} + "
-                        f"rtol {tol.rtol:g}")
-    if not cosine_value >= tol.min_cosine:  # also catches NaN
-        problems.append(f"cosine {cosine_value:.6f} below {tol.min_cosine}")
+    max_rel = float((diff / np.maximum(size, np.finfo(np.float32).tiny)).max()) \
+        if diff.size else 0.0
+    beyond = diff > lim.atol + lim.rtol * size
+    if np.any(beyond) and not (lim.exact and lim.atol == 0 and lim.rtol == 0):
+        problems.append(f"max abs error {max_abs:.3g} exceeds atol {lim.atol:.3g} + rtol "
+                        f"{lim.rtol:.3g}·|expected| at {int(beyond.sum())} of {beyond.size} "
+                        f"values")
+    cos = _cosine_of_finite(af, ef)
+    judged = not lim.exact and cos is not None and float(size.max()) > lim.atol
+    if judged and not cos >= lim.min_cosine:
+        problems.append(f"cosine {cos:.6f} below {lim.min_cosine}")
     top1 = None
-    if tol.top1 == "always" or (tol.top1 == "auto" and looks_like_logits(expected)):
+    if wants_top1(lim.top1, name, expected):
         top1 = top1_agreement(a, e)
         if top1 < 1.0:
             problems.append(f"top-1 agreement {top1:.1%}")
-    return OutputComparison(name=name, shape=tuple(expected.shape), max_abs_error=max_abs,
-                            max_rel_error=max_rel, cosine=cosine_value, top1_agreement=top1,
-                            ok=not problems, problems=tuple(problems))
+    return OutputComparison(**head, max_abs_error=max_abs, max_rel_error=max_rel, cosine=cos,
+                            top1_agreement=top1, ok=not problems, problems=tuple(problems))
+
+
+def failed(head: dict, problem: str) -> OutputComparison:
+    """A comparison that could not start (no output, wrong shape or dtype, a failed run)."""
+    return OutputComparison(**head, max_abs_error=float("inf"), max_rel_error=float("inf"),
+                            cosine=None, ok=False, problems=(problem,))
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
 
 
 def top1_agreement(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -55,16 +156,21 @@ def top1_agreement(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.mean(rows_a == rows_e))
 
 
-def cosine(a: np.ndarray, e: np.ndarray) -> float:
-    a, e = a.ravel(), e.ravel()
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
-        return float("nan")
-    na, ne = np.linalg.norm(a), np.linalg.norm(e)
-    if na == 0 and ne == 0:
-        return 1.0
-    if na == 0 or ne == 0:
-        return 0.0
-    return float(np.dot(a, e) / (na * ne))
+def cosine(a: np.ndarray, e: np.ndarray) -> float | None:
+    """Cosine similarity of two arrays' finite values; None (undefined) where either is all
+    zero, empty or not finite anywhere: two zero vectors are not "the same direction"."""
+    a, e = np.asarray(a, np.float64).ravel(), np.asarray(e, np.float64).ravel()
+    finite = np.isfinite(a) & np.isfinite(e)
+    return _cosine_of_finite(a[finite], e[finite])
+
+
+def _cosine_of_finite(a: np.ndarray, e: np.ndarray) -> float | None:
+    ma = float(np.abs(a).max()) if a.size else 0.0
+    me = float(np.abs(e).max()) if e.size else 0.0
+    if ma == 0 or me == 0:
+        return None
+    a, e = a / ma, e / me          # no under- or overflow in the norms
+    return float(np.clip(np.dot(a, e) / np.sqrt(np.dot(a, a) * np.dot(e, e)), -1.0, 1.0))
 
 
 def compare_output_files(bundle, actual: list[Path], where: str,
@@ -75,14 +181,14 @@ def compare_output_files(bundle, actual: list[Path], where: str,
     comparisons = []
     for sig, path, golden in zip(m.outputs, actual, m.golden_outputs):
         expected = np.load(bundle.file(golden), allow_pickle=False)
+        lim = output_limits(m.tolerances, sig.name, dtype_name(expected))
         if not path.is_file():
-            comparisons.append(OutputComparison(
-                name=sig.name, shape=tuple(expected.shape), max_abs_error=float("inf"),
-                max_rel_error=float("inf"), cosine=float("nan"), ok=False,
-                problems=(f"no output file {path.name}",)))
+            comparisons.append(failed(dict(name=sig.name, shape=tuple(expected.shape),
+                                           dtype=dtype_name(expected), limits=lim.describe()),
+                                      f"no output file {path.name}"))
             continue
-        comparisons.append(compare_output(sig.name, np.load(path, allow_pickle=False),
-                                          expected, m.tolerances.for_output(sig.name)))
+        got = as_declared(np.load(path, allow_pickle=False), sig.dtype)
+        comparisons.append(compare_output(sig.name, got, expected, lim))
     return ValidationReport(app=m.app, target=m.target, where=where,
                             ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
                             seconds=round(seconds, 4))

@@ -39,7 +39,8 @@ def output_lsb(program: torch.export.ExportedProgram) -> float:
 
 
 def test_int8_cnn_for_host_is_integer_validates_and_matches_the_quantized_model(write_recipe):
-    path = write_recipe(int8("small_cnn"))
+    # a classifier whose logits are output_0: top-1 agreement is asked for by name
+    path = write_recipe(int8("small_cnn") + "validation: {outputs: {output_0: {top1: always}}}\n")
     bundle = build(BuildOptions(recipe=path, target="host")).bundle
     q = bundle.manifest.quantization
     assert q.mode == "int8" and q.weights == "per-channel" and q.lowering == "torch"

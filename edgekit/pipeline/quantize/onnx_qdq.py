@@ -129,5 +129,6 @@ def _accuracy_vs_float(recipe: Recipe, exported: ExportedModel):
     samples, source = held_out_samples(recipe, exported.inputs)
     report = accuracy_report(onnxruntime_runner(float_model, names),
                              onnxruntime_runner(exported.program, names),
-                             samples, source, [o.name for o in exported.outputs])
+                             samples, source, [o.name for o in exported.outputs],
+                             recipe.validation)
     return report.model_copy(update={"reference": f"fp32 ONNX model {recipe.quantize.float_model}"})

@@ -73,7 +73,7 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
             allow_float_contractions=quantize.allow_float_contractions,
             calibration=(f"{quantize.calibration} ({len(calibration)} samples)"
                          if calibration else ""))
-    report = accuracy_report(fp32, reference, held_out, source, names)
+    report = accuracy_report(fp32, reference, held_out, source, names, recipe.validation)
     check_floor(report, quantize.min_cosine, quantize.mode, where=f"{recipe.path} (quantize)")
     golden = tuple(reference(exported.samples))
     return dataclasses.replace(
