@@ -112,6 +112,7 @@ def in_child(fn, *args, what: str) -> bytes:
     import signal
     import sys
     import tempfile
+    _preload()   # imported here once, not again in every child (~0.8 s each)
     with tempfile.TemporaryFile() as stderr:
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
@@ -147,6 +148,13 @@ def in_child(fn, *args, what: str) -> bytes:
                  f"exited with status {os.WEXITSTATUS(status)} without a result")
         text = f"{what} {cause}{last}"
         raise LowerFailure(_ops_in(text), text)
+
+
+def _preload() -> None:
+    import torch_mlir.dialects.torch  # noqa: F401
+    import torch_mlir.extras.onnx_importer  # noqa: F401
+    import torch_mlir.ir  # noqa: F401
+    import torch_mlir.passmanager  # noqa: F401
 
 
 def _weights_as_raw_bytes():
