@@ -342,7 +342,7 @@ def main() -> int:
     parser.add_argument("--quiet", action="store_true", help="no line per case")
     parser.add_argument("--ratchet-out", type=Path,
                         help="write the cases edgekit passes here (the CI tier's ratchet: "
-                             "--sample 10 --paths edgekit --ratchet-out "
+                             "--sample 12 --paths edgekit --ratchet-out "
                              "tests/onnx_suite/passing.txt)")
     opts = parser.parse_args()
     paths = tuple(p for p in opts.paths.split(",") if p)

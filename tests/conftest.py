@@ -14,7 +14,7 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
 # Test tiers, by folder: `pytest -m unit` (pure logic and shims, under a minute), `local`
 # (device code on the local transport, real shims, seconds), `integration` (real torch-mlir and
 # IREE on tiny models), `device` (real sshd lab devices, arm64 under qemu), `faults` (faults
-# injected for real into deploys to lab devices), `onnx_suite` (every 10th case of the ONNX
+# injected for real into deploys to lab devices), `onnx_suite` (every 12th case of the ONNX
 # backend node suite through edgekit for host, against a ratchet of cases that passed).
 TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
          "device": "device", "lab": "device", "faults": "faults", "onnx_suite": "onnx_suite"}

@@ -163,7 +163,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
                                 note="; ".join(filter(None, (note, *imported.exported.rewrites))))
         return CompiledModule(imported.exported, output, flags, record, source=source,
                               quantization=quantization)
-    raise _all_failed(attempts, reproducer_dir)
+    raise _all_failed(attempts, reproducer_dir, int8=mode == "int8")
 
 
 def check_quantized(compiled: CompiledModule, target: Target) -> CompiledModule:
@@ -235,14 +235,17 @@ def save_reproducer(directory: Path, module: bytes | None, diagnostics: str,
             f"#!/bin/sh\ncd \"$(dirname \"$0\")\"\n{command}\n")
 
 
-def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path) -> LoweringError:
+def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path,
+                int8: bool = False) -> LoweringError:
     ops = tuple(dict.fromkeys(op for a in attempts for op in a.ops))
     stages = ", ".join(f"{a.lowering}: {a.stage}" + (f" ({', '.join(a.ops)})" if a.ops else
                                                       f" ({_first_error_line(a.error)})")
                        for a in attempts)
     tried = [a.lowering for a in attempts]
     others = [lw for lw in ("tosa", "linalg", "torch") if lw not in tried]
-    hint = (f"try `lowering: {others[0]}` or `lowering: auto`" if others else
+    hint = (f"try `lowering: {others[0]}` or `lowering: auto`" if others and not int8 else
+            "int8 models take only the torch lowering (the others compute in float): "
+            "replace the op, or build the float model" if int8 else
             "decompose or replace the op in the model before export")
     return LoweringError(_ops_sentence(ops, "no lowering produced a module") + f" [{stages}]",
                          stage="lower+compile", ops=ops, reproducer=str(reproducer_dir),
