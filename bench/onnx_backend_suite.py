@@ -145,8 +145,8 @@ def run_raw(case, workdir: Path, target_cpu: str = "host") -> dict:
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         errors = [ln for ln in done.stderr.splitlines() if "error" in ln]
-        return {"stage": "compile", "reason": (errors or done.stderr.splitlines()
-                                               or ["failed"])[0].strip()[:300]}
+        line = (errors or done.stderr.splitlines() or ["failed"])[0].strip()
+        return {"stage": "compile", "reason": line.replace(str(mlir), "model.mlir")[:300]}
     try:
         config = rt.Config("local-sync")
         ctx = rt.SystemContext(config=config)

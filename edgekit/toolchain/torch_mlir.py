@@ -255,4 +255,6 @@ def _ops_in(text: str) -> tuple[str, ...]:
         name = next(g for g in groups if g)
         if name not in ops:
             ops.append(name)
+    if any(op.startswith("onnx.") for op in ops):  # the ONNX op says more than its carrier
+        ops = [op for op in ops if op != "torch.operator"]
     return tuple(ops)
