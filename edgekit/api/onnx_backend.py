@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import onnx
 import yaml
 from onnx.backend.base import Backend, BackendRep
 
-from edgekit.errors import EdgekitError, ValidationFailed
+from edgekit.errors import EdgekitError, ModelLoadError, ValidationFailed
 from edgekit.models.bundle import Bundle
 from edgekit.pipeline import build as pipeline
 from edgekit.pipeline.build import BuildOptions
@@ -52,18 +53,32 @@ class PrepareOptions:
 
 class EdgekitRep(BackendRep):
     """A compiled bundle, called in this process; outputs come back in the graph's declared
-    element types (IREE returns signless integers as signed: uint8 is read back as uint8)."""
+    element types (IREE returns signless integers as signed: uint8 is read back as uint8).
 
-    def __init__(self, bundle: Bundle, scratch: Path | None):
-        from edgekit.compile.runners import CallStats, InProcessRunner
+    A model whose inputs set shapes or sizes (Reshape's `shape`, TopK's `k`) cannot be built
+    on made-up samples: `prepare` then defers the build to the first `run`, whose inputs become
+    the build's `samples:` (its golden inputs)."""
+
+    def __init__(self, bundle: Bundle | None, scratch: Path | None,
+                 build_with: Callable[[list[np.ndarray]], Bundle] | None = None):
         self.bundle = bundle
         self._scratch = scratch
+        self._build_with = build_with
+        self._runner = None
+        if bundle is not None:
+            self._load(bundle)
+
+    def _load(self, bundle: Bundle) -> None:
+        from edgekit.compile.runners import CallStats, InProcessRunner
+        self.bundle = bundle
         self._runner = InProcessRunner(bundle, CallStats(0, "this process (onnx backend)"))
         self._declared = [np.dtype(o.dtype) for o in bundle.manifest.outputs]
 
     def run(self, inputs, **kwargs) -> tuple[np.ndarray, ...]:
         arrays = [np.asarray(a) for a in (inputs if isinstance(inputs, (list, tuple))
                                           else [inputs])]
+        if self._runner is None and self._build_with is not None:
+            self._load(self._build_with(arrays))
         try:
             outputs = self._runner.run(arrays)
         except (RuntimeError, ValueError, TypeError) as exc:  # IREE runtime's own exceptions
@@ -73,7 +88,8 @@ class EdgekitRep(BackendRep):
         return tuple(_as_declared(o, d) for o, d in zip(outputs, self._declared))
 
     def close(self) -> None:
-        self._runner.release()
+        if self._runner is not None:
+            self._runner.release()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
@@ -98,11 +114,21 @@ class EdgekitBackend(Backend):
         super().prepare(model, device, **kwargs)
         workdir = options.workdir or Path(tempfile.mkdtemp(prefix="edgekit-onnx-backend-"))
         scratch = None if options.workdir else workdir
-        try:
-            bundle = build_model(model, options.target, workdir)
+        def build(samples: list[np.ndarray] | None = None) -> Bundle:
+            bundle = build_model(model, options.target, workdir, samples)
             if options.validate:
                 validate_here(bundle)
-            return EdgekitRep(bundle, scratch)
+            return bundle
+
+        try:
+            try:
+                return EdgekitRep(build(), scratch)
+            except ModelLoadError as refused:
+                if "`samples:`" not in (refused.hint or ""):
+                    raise
+                # the model's inputs set shapes (onnx_samples.refuse_shape_inputs): build with
+                # the first run's inputs as its samples
+                return EdgekitRep(None, scratch, build_with=build)
         except BaseException:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -121,12 +147,19 @@ class EdgekitBackend(Backend):
         return device == "CPU"
 
 
-def build_model(model: onnx.ModelProto, target: str, workdir: Path) -> Bundle:
-    """A recipe naming the model (no `inputs:`: the model's own signature), built for `target`
-    without the build cache (each conformance model is built once)."""
+def build_model(model: onnx.ModelProto, target: str, workdir: Path,
+                samples: list[np.ndarray] | None = None) -> Bundle:
+    """A recipe naming the model (no `inputs:`: the model's own signature; `samples`: its
+    golden inputs, in graph input order), built for `target` without the build cache (each
+    conformance model is built once)."""
     workdir.mkdir(parents=True, exist_ok=True)
     onnx.save(model, workdir / "model.onnx")
     recipe = {"name": "onnx-backend", "model": {"onnx": "model.onnx"}, **_recipe_extras()}
+    if samples is not None:
+        initializers = {t.name for t in model.graph.initializer}
+        names = [i.name for i in model.graph.input if i.name not in initializers]
+        np.savez(workdir / "samples.npz", **dict(zip(names, samples)))
+        recipe["samples"] = "samples.npz"
     (workdir / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     result = pipeline.build(BuildOptions(recipe=workdir / "recipe.yaml", target=target,
                                          out=workdir / "bundle", use_cache=False))
@@ -148,7 +181,8 @@ def validate_here(bundle: Bundle) -> None:
 
 def _comparison_line(output) -> str:
     problems = "; ".join(output.problems) if output.problems else ""
-    return (f"{output.name}: max abs {output.max_abs_error:.3g}, cosine {output.cosine:.4g}"
+    cosine = f", cosine {output.cosine:.4g}" if output.cosine is not None else ""
+    return (f"{output.name}: max abs {output.max_abs_error:.3g}{cosine}"
             + (f" ({problems})" if problems else ""))
 
 

@@ -77,8 +77,11 @@ def _import_onnx_form(model) -> bytes:
         module = info.create_module(context=context).operation
         onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         with context:
+            # the graph's function (the public one): ONNX local functions (MVN, …) are
+            # imported as private functions beside it and keep their names
             for op in module.regions[0].blocks[0].operations:
-                if op.operation.name == "func.func":
+                if op.operation.name == "func.func" and \
+                        "sym_visibility" not in op.operation.attributes:
                     op.operation.attributes["sym_name"] = ir.StringAttr.get("main")
             return _bytecode(module)
     except Exception as exc:  # the importer raises bare Exceptions; translate them here
@@ -235,7 +238,10 @@ def to_text(bytecode: bytes) -> str:
     from torch_mlir import ir
     context, _ = _context_collecting_diagnostics()
     with context:
-        module = ir.Module.parse(bytecode)
+        try:
+            module = ir.Module.parse(bytecode)
+        except Exception as exc:  # an unparsable module still leaves a reproducer
+            return f"// the module does not parse: {' '.join(str(exc).split())[:400]}\n"
         return module.operation.get_asm(print_generic_op_form=True, large_elements_limit=16)
 
 
