@@ -111,7 +111,12 @@ class EdgekitBackend(Backend):
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> EdgekitRep:
         options = PrepareOptions(**{k: v for k, v in kwargs.items()
                                     if k in PrepareOptions.__dataclass_fields__})
-        super().prepare(model, device, **kwargs)
+        try:
+            super().prepare(model, device, **kwargs)   # onnx.checker on the model
+        except onnx.checker.ValidationError as exc:
+            raise ModelLoadError(f"invalid ONNX model: {str(exc).splitlines()[0]}",
+                                 where="EdgekitBackend.prepare",
+                                 hint="onnx.checker.check_model(model) says what to fix") from None
         workdir = options.workdir or Path(tempfile.mkdtemp(prefix="edgekit-onnx-backend-"))
         scratch = None if options.workdir else workdir
         def build(samples: list[np.ndarray] | None = None) -> Bundle:

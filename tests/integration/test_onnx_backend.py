@@ -53,3 +53,20 @@ def test_a_model_edgekit_cannot_build_is_one_edgekit_error():
         EdgekitBackend.prepare(model)
     assert failed.value.exit_code in (3, 4) and "LpPool" in str(failed.value)
     assert "\n" not in failed.value.what
+
+
+def test_a_model_whose_input_sets_a_shape_is_built_on_its_first_run_inputs():
+    node = helper.make_node("Reshape", ["x", "shape"], ["z"])
+    graph = helper.make_graph([node], "reshape",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["a", "b"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    rep = EdgekitBackend.prepare(model)   # random `shape` values would mean nothing: deferred
+    assert rep.bundle is None
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    try:
+        (z,) = rep.run([x, np.array([3, 4], np.int64)])
+    finally:
+        rep.close()
+    np.testing.assert_array_equal(z, x.reshape(3, 4))
