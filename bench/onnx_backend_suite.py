@@ -88,8 +88,9 @@ def run_edgekit(case, workdir: Path, target: str) -> dict:
     for inputs, expected in case.data_sets:
         try:
             outputs = rep.run(_normalized(inputs))
-        except EdgekitError as exc:
-            return {"stage": "run", "reason": _one_line(exc), "exit_code": exc.exit_code}
+        except EdgekitError as exc:   # a build deferred to the first run fails here too
+            return {"stage": edgekit_stage(exc), "ops": list(getattr(exc, "ops", ()) or ()),
+                    "reason": _one_line(exc), "exit_code": exc.exit_code}
         try:
             _compare(case, outputs, _normalized(expected))
         except AssertionError as exc:
@@ -116,7 +117,7 @@ def edgekit_stage(exc) -> str:
         return "import"
     if name == "CheckFailed" or "golden" in text.split("\n")[0]:
         return "reference"
-    return "run" if name == "EdgekitError" else name
+    return "run" if name in ("EdgekitError", "ToolError") else name
 
 
 def _one_line(exc) -> str:
