@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import faulthandler
 import json
 import os
 import re
@@ -176,6 +177,7 @@ def run_raw(case, workdir: Path, target_cpu: str = "host") -> dict:
 def _child(fn, case, write_fd: int, stderr_path: Path, target: str) -> None:
     """In the forked child: run one case on one path, write its JSON result, exit."""
     os.setpgid(0, 0)
+    faulthandler.disable()   # a crash is reported by the parent, with the signal's name
     err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(err, 2)
     os.dup2(err, 1)

@@ -6,6 +6,7 @@ and the form IREE 3.13 parses from torch-mlir's TOSA — the pretty text does no
 
 from __future__ import annotations
 
+import faulthandler
 import io
 import os
 import re
@@ -124,6 +125,7 @@ def in_child(fn, *args, what: str) -> bytes:
         if pid == 0:  # the child: never returns
             os.close(read_fd)
             os.dup2(stderr.fileno(), 2)
+            faulthandler.disable()   # its crash is reported by the parent, in one line
             try:
                 payload = b"ok" + fn(*args)
             except LowerFailure as failure:
