@@ -336,6 +336,8 @@ def read_ratchet(path: Path) -> set[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=1, help="run every N-th case")
+    parser.add_argument("--start", type=int, default=0,
+                        help="first case of the sample (--sample 4 --start 2: another quarter)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--paths", default="edgekit,raw", help="edgekit, raw or both")
     parser.add_argument("--cases", help="only cases whose name matches this regex")
@@ -355,7 +357,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
     started = time.monotonic()
-    cases = collect_cases(opts.cases)[::max(opts.sample, 1)]
+    cases = collect_cases(opts.cases)[opts.start::max(opts.sample, 1)]
     # imported once here; every forked child has them
     import iree.compiler  # noqa: F401
     import iree.runtime  # noqa: F401
