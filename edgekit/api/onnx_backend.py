@@ -62,6 +62,7 @@ class EdgekitRep(BackendRep):
     def __init__(self, bundle: Bundle | None, scratch: Path | None,
                  build_with: Callable[[list[np.ndarray]], Bundle] | None = None):
         self.bundle = bundle
+        self.graph_outputs: list[np.dtype] = []
         self._scratch = scratch
         self._build_with = build_with
         self._runner = None
@@ -73,12 +74,19 @@ class EdgekitRep(BackendRep):
         self.bundle = bundle
         self._runner = InProcessRunner(bundle, CallStats(0, "this process (onnx backend)"))
         self._declared = [np.dtype(o.dtype) for o in bundle.manifest.outputs]
+        self._takes = [np.dtype(i.dtype) for i in bundle.manifest.inputs]
+        if self.graph_outputs:  # the graph's own types (float64 computed in float32 → float64)
+            self._declared = [g if g.kind == d.kind == "f" else d
+                              for d, g in zip(self._declared, self.graph_outputs)]
 
     def run(self, inputs, **kwargs) -> tuple[np.ndarray, ...]:
         arrays = [np.asarray(a) for a in (inputs if isinstance(inputs, (list, tuple))
                                           else [inputs])]
         if self._runner is None and self._build_with is not None:
             self._load(self._build_with(arrays))
+        # float64 inputs of a module that computes them in float32 (the manifest says)
+        arrays = [a.astype(t) if a.dtype.kind == t.kind == "f" and a.dtype != t else a
+                  for a, t in zip(arrays, self._takes)]
         try:
             outputs = self._runner.run(arrays)
         except (RuntimeError, ValueError, TypeError) as exc:  # IREE runtime's own exceptions
@@ -95,8 +103,22 @@ class EdgekitRep(BackendRep):
             self._scratch = None
 
 
+def _with_graph_types(rep: EdgekitRep, model: onnx.ModelProto) -> EdgekitRep:
+    from onnx.helper import tensor_dtype_to_np_dtype
+    try:
+        rep.graph_outputs = [np.dtype(tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type))
+                             for o in model.graph.output]
+    except (KeyError, TypeError, ValueError):  # non-tensor outputs: the manifest's types
+        rep.graph_outputs = []
+    if rep.bundle is not None:
+        rep._load(rep.bundle)
+    return rep
+
+
 def _as_declared(array: np.ndarray, declared: np.dtype) -> np.ndarray:
     """Signless integers come back signed: reinterpret them as the declared type (same bits)."""
+    if array.dtype.kind == declared.kind == "f" and array.dtype != declared:
+        return array.astype(declared)
     if array.dtype == declared or array.dtype.kind not in "iub" or declared.kind not in "iub":
         return array
     if array.dtype.itemsize == declared.itemsize:
@@ -127,13 +149,13 @@ class EdgekitBackend(Backend):
 
         try:
             try:
-                return EdgekitRep(build(), scratch)
+                return _with_graph_types(EdgekitRep(build(), scratch), model)
             except ModelLoadError as refused:
                 if "`samples:`" not in (refused.hint or ""):
                     raise
                 # the model's inputs set shapes (onnx_samples.refuse_shape_inputs): build with
                 # the first run's inputs as its samples
-                return EdgekitRep(None, scratch, build_with=build)
+                return _with_graph_types(EdgekitRep(None, scratch, build_with=build), model)
         except BaseException:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
