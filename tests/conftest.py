@@ -15,9 +15,12 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
 # (device code on the local transport, real shims, seconds), `integration` (real torch-mlir and
 # IREE on tiny models), `device` (real sshd lab devices, arm64 under qemu), `faults` (faults
 # injected for real into deploys to lab devices), `corpus` (real architectures — transformers'
-# BERT, DistilBERT, GPT-2 and in-tree CNNs/ViT — built for host and rpi4, compared with eager).
+# BERT, DistilBERT, GPT-2 and in-tree CNNs/ViT — built for host and rpi4, compared with eager),
+# `onnx_suite` (every 12th case of the ONNX backend node suite through edgekit for host, against
+# a ratchet of cases that passed).
 TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
-         "device": "device", "lab": "device", "faults": "faults", "corpus": "corpus"}
+         "device": "device", "lab": "device", "faults": "faults", "corpus": "corpus",
+         "onnx_suite": "onnx_suite"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,19 +31,51 @@ class LoweringSource:
 
 @dataclass(frozen=True)
 class ImportedGraph:
-    """torch-mlir's import of a model: the torch-backend form that the lowerings start from,
-    and the lowerings whose module the import itself provides (its frontend decides: an ONNX
-    model's `torch` lowering is the ONNX import, for IREE's own ONNX input)."""
+    """torch-mlir's import of a model: the torch-backend form that the tosa/linalg lowerings
+    start from (given, or made on first need by `convert`), the lowerings whose module the
+    import itself provides, and the lowerings `auto` tries first. Its frontend decides: an ONNX
+    model's `torch` lowering is the ONNX import for IREE's own ONNX input, tried first; the
+    torch-backend form is torch-mlir's ONNX→torch conversion, made only when tosa or linalg
+    need it, so that its failure cannot stop the `torch` lowering."""
 
-    torch_bytecode: bytes
+    torch_bytecode: bytes | None = None
     provided: Mapping[str, LoweringSource] = field(default_factory=dict)
+    convert: Callable[[], bytes] | None = None      # makes torch_bytecode; raises LowerFailure
+    convert_command: str = ""                       # reproduces `convert` on `provided` input
+    first: tuple[str, ...] = ()                     # `auto` tries these before the profile's
+    first_note: str = ""                            # … and says why
+    _converted: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def torch_form(self) -> bytes:
+        """The torch-backend module; raises torch_mlir.LowerFailure (once made, kept)."""
+        if self.torch_bytecode is not None:
+            return self.torch_bytecode
+        if "done" not in self._converted:
+            try:
+                self._converted["done"] = self.convert() if self.convert else b""
+            except torch_mlir.LowerFailure as failure:
+                self._converted["done"] = failure
+        done = self._converted["done"]
+        if isinstance(done, torch_mlir.LowerFailure):
+            raise done
+        return done
 
     def lowered(self, lowering: str) -> LoweringSource:
         """The module for `lowering`; raises torch_mlir.LowerFailure."""
         if lowering in self.provided:
             return self.provided[lowering]
-        return LoweringSource(torch_mlir.lower(self.torch_bytecode, lowering),
+        return LoweringSource(torch_mlir.lower(self.torch_form(), lowering),
                               iree.INPUT_TYPE[lowering])
+
+    def failed_input(self, lowering: str) -> tuple[bytes | None, str]:
+        """What to reproduce a failed lowering from, and the command that does it."""
+        try:
+            module = self.torch_form()
+        except torch_mlir.LowerFailure:
+            source = next(iter(self.provided.values()), None)
+            return (source.module if source else None), self.convert_command
+        return module, ("torch-mlir-opt -pass-pipeline='builtin.module(torch-backend-to-"
+                        f"{torch_mlir.OUTPUT_TYPE[lowering]}-backend-pipeline)' input.mlirbc")
 
 
 @dataclass(frozen=True)
@@ -102,6 +134,10 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
     quantization = imported.exported.quantization
     mode = quantization.mode if quantization else None
     order, note = lowering_order(requested, target, mode), ""
+    preferred = [lw for lw in imported.graph.first if lw in order]
+    if preferred and requested == "auto" and order[:len(preferred)] != tuple(preferred):
+        order = (*preferred, *(lw for lw in order if lw not in preferred))
+        note = imported.graph.first_note
     if first is not None and requested == "auto" and mode != "int8":
         order = (first[0], *(lw for lw in order if lw != first[0]))
         note = first[1]
@@ -109,12 +145,9 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         try:
             lowered = imported.graph.lowered(lowering)
         except torch_mlir.LowerFailure as failure:
-            attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics,
-                                    imported.graph.torch_bytecode))
-            save_reproducer(reproducer_dir / lowering, imported.graph.torch_bytecode,
-                             failure.diagnostics,
-                             "torch-mlir-opt -pass-pipeline='builtin.module(torch-backend-to-"
-                             f"{torch_mlir.OUTPUT_TYPE[lowering]}-backend-pipeline)' input.mlirbc")
+            module, command = imported.graph.failed_input(lowering)
+            attempts.append(_failed(lowering, "lower", failure.ops, failure.diagnostics, module))
+            save_reproducer(reproducer_dir / lowering, module, failure.diagnostics, command)
             continue
         source = workdir / f"{lowering}.mlirbc"
         source.write_bytes(lowered.module)
@@ -135,7 +168,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
                                 note="; ".join(filter(None, (note, *imported.exported.rewrites))))
         return CompiledModule(imported.exported, output, flags, record, source=source,
                               quantization=quantization)
-    raise _all_failed(attempts, reproducer_dir)
+    raise _all_failed(attempts, reproducer_dir, int8=mode == "int8")
 
 
 def check_quantized(compiled: CompiledModule, target: Target) -> CompiledModule:
@@ -149,7 +182,9 @@ def check_quantized(compiled: CompiledModule, target: Target) -> CompiledModule:
     census = _census(types)
     used = compiled.lowering.used
     float_ops = census.f32 + census.f16 + census.other
-    if note.mode == "int8" and (census.total == 0 or float_ops) and not (
+    # No contraction left at all (a 1x1, one-channel QLinearConv becomes elementwise integer
+    # math) is not a float one: only float contractions are refused.
+    if note.mode == "int8" and float_ops and not (
             note.allow_float_contractions and census.integer):
         raise QuantizationError(
             f"int8: {float_ops} of {census.total} contractions compute in floating point after "
@@ -209,13 +244,16 @@ def save_reproducer(directory: Path, module: bytes | None, diagnostics: str,
             f"#!/bin/sh\ncd \"$(dirname \"$0\")\"\n{command}\n")
 
 
-def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path) -> LoweringError:
+def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path,
+                int8: bool = False) -> LoweringError:
     ops = tuple(dict.fromkeys(op for a in attempts for op in a.ops))
     stages = "; ".join(f"{a.lowering}: {a.stage}: {_first_error_line(a.error)}"
                        for a in attempts)
     tried = [a.lowering for a in attempts]
     others = [lw for lw in ("tosa", "linalg", "torch") if lw not in tried]
-    hint = (f"try `lowering: {others[0]}` or `lowering: auto`" if others else
+    hint = (f"try `lowering: {others[0]}` or `lowering: auto`" if others and not int8 else
+            "int8 models take only the torch lowering (the others compute in float): "
+            "replace the op, or build the float model" if int8 else
             "decompose or replace the op in the model before export")
     return LoweringError(_ops_sentence(ops, "no lowering produced a module") + f" [{stages}]",
                          stage="lower+compile", ops=ops, reproducer=str(reproducer_dir),

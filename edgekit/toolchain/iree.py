@@ -108,7 +108,9 @@ def compile_bytes(module: bytes, flags: tuple[str, ...], output: Path | None = N
 
 
 _OP_PATTERNS = (
-    re.compile(r"failed to legalize operation '([\w.]+)'"),
+    # IREE's ONNX input: an ONNX op it has no conversion for stays a torch.operator named onnx.X
+    re.compile(r"failed to legalize operation 'torch\.operator'[^\n]*?name = \"(onnx\.[\w.]+)\""),
+    re.compile(r"failed to legalize operation '((?!torch\.operator')[\w.]+)'"),
     re.compile(r"'([\w.]+)' op (?:is not|failed|not supported|unsupported)"),
     re.compile(r"unsupported op(?:eration)? '?([\w.]+)'?"),
 )

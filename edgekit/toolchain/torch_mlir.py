@@ -6,7 +6,9 @@ and the form IREE 3.13 parses from torch-mlir's TOSA — the pretty text does no
 
 from __future__ import annotations
 
+import faulthandler
 import io
+import os
 import re
 from pathlib import Path
 
@@ -106,30 +108,114 @@ def _with_all_state(program: torch.export.ExportedProgram) -> torch.export.Expor
 
 def import_onnx(model) -> bytes:
     """ONNX ModelProto (shapes inferred) → torch-backend MLIR bytecode, entry renamed `main`."""
-    return import_onnx_both(model)[1]
+    return onnx_to_torch_backend(import_onnx_form(model))
 
 
-def import_onnx_both(model) -> tuple[bytes, bytes]:
-    """The ONNX import as IREE's own ONNX input takes it (`torch.operator "onnx.*"`), and the
-    same module converted to the torch backend form the tosa/linalg lowerings start from."""
+def import_onnx_form(model) -> bytes:
+    """The ONNX import as IREE's own ONNX input takes it (`torch.operator "onnx.*"`, entry
+    `main`), made in a child process: an importer crash is a LowerFailure with its signal."""
+    return in_child(_import_onnx_form, model, what="torch-mlir's ONNX importer")
+
+
+def onnx_to_torch_backend(onnx_form: bytes) -> bytes:
+    """torch-mlir's ONNX→torch conversion (`torch-onnx-to-torch-backend-pipeline`): the form
+    the tosa and linalg lowerings start from. In a child process (it has segfaulted on
+    conformance models): a crash is a LowerFailure with its signal."""
+    return in_child(_onnx_to_torch_backend, onnx_form,
+                    what="torch-mlir's ONNX→torch conversion")
+
+
+def _import_onnx_form(model) -> bytes:
     from torch_mlir import ir
     from torch_mlir.extras import onnx_importer
-    from torch_mlir.passmanager import PassManager
     context, diagnostics = _context_collecting_diagnostics()
     try:
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=context).operation
         onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         with context:
+            # the graph's function (the public one): ONNX local functions (MVN, …) are
+            # imported as private functions beside it and keep their names
             for op in module.regions[0].blocks[0].operations:
-                if op.operation.name == "func.func":
+                if op.operation.name == "func.func" and \
+                        "sym_visibility" not in op.operation.attributes:
                     op.operation.attributes["sym_name"] = ir.StringAttr.get("main")
-            onnx_form = _bytecode(module)
-            PassManager.parse("builtin.module(torch-onnx-to-torch-backend-pipeline)").run(module)
+            return _bytecode(module)
     except Exception as exc:  # the importer raises bare Exceptions; translate them here
-        text = "\n".join(diagnostics) or str(exc)
+        text = "\n".join(diagnostics) or f"{type(exc).__name__}: {exc}"
         raise LowerFailure(ops_in(text), text) from None
-    return onnx_form, _bytecode(module)
+
+
+def _onnx_to_torch_backend(onnx_form: bytes) -> bytes:
+    from torch_mlir import ir
+    from torch_mlir.passmanager import PassManager
+    context, diagnostics = _context_collecting_diagnostics()
+    with context:
+        try:
+            module = ir.Module.parse(onnx_form)
+            PassManager.parse("builtin.module(torch-onnx-to-torch-backend-pipeline)").run(
+                module.operation)
+        except Exception as exc:  # torch-mlir raises bare Exceptions; translate them here
+            text = "\n".join(diagnostics) or f"{type(exc).__name__}: {exc}"
+            raise LowerFailure(ops_in(text), text) from None
+        return _bytecode(module)
+
+
+def in_child(fn, *args, what: str) -> bytes:
+    """fn(*args) → bytes, run in a forked child (cheap: torch-mlir is imported already).
+    A LowerFailure comes back as one; a crash (signal) or an exit without a result becomes a
+    LowerFailure naming the signal and the child's last stderr line. Without fork (or with
+    EDGEKIT_NO_FORK=1) fn runs here."""
+    if not hasattr(os, "fork") or os.environ.get("EDGEKIT_NO_FORK", "") not in ("", "0"):
+        return fn(*args)
+    import json
+    import signal
+    import sys
+    import tempfile
+    _preload()   # imported here once, not again in every child (~0.8 s each)
+    with tempfile.TemporaryFile() as stderr:
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(read_fd)
+            os.dup2(stderr.fileno(), 2)
+            faulthandler.disable()   # its crash is reported by the parent, in one line
+            try:
+                payload = b"ok" + fn(*args)
+            except LowerFailure as failure:
+                payload = b"lf" + json.dumps([failure.ops, failure.diagnostics]).encode()
+            except BaseException as exc:  # anything else: a failure with its type, not a hang
+                payload = b"lf" + json.dumps([[], f"{type(exc).__name__}: {exc}"]).encode()
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(payload)
+            os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as result:
+            data = result.read()
+        _, status = os.waitpid(pid, 0)
+        if data[:2] == b"ok" and os.WIFEXITED(status):
+            return data[2:]
+        if data[:2] == b"lf":
+            ops, diagnostics = json.loads(data[2:])
+            raise LowerFailure(tuple(ops), diagnostics)
+        stderr.seek(0)
+        lines = [ln.strip() for ln in stderr.read().decode(errors="replace").splitlines()
+                 if ln.strip()]
+        last = f": {lines[-1][:200]}" if lines else ""
+        cause = (f"crashed with {signal.Signals(os.WTERMSIG(status)).name}"
+                 if os.WIFSIGNALED(status) else
+                 f"exited with status {os.WEXITSTATUS(status)} without a result")
+        text = f"{what} {cause}{last}"
+        raise LowerFailure(ops_in(text), text)
+
+
+def _preload() -> None:
+    import torch_mlir.dialects.torch  # noqa: F401
+    import torch_mlir.extras.onnx_importer  # noqa: F401
+    import torch_mlir.ir  # noqa: F401
+    import torch_mlir.passmanager  # noqa: F401
 
 
 def _weights_as_raw_bytes():
@@ -212,7 +298,10 @@ def to_text(bytecode: bytes, debug_info: bool = False) -> str:
     from torch_mlir import ir
     context, _ = _context_collecting_diagnostics()
     with context:
-        module = ir.Module.parse(bytecode)
+        try:
+            module = ir.Module.parse(bytecode)
+        except Exception as exc:  # an unparsable module still leaves a reproducer
+            return f"// the module does not parse: {' '.join(str(exc).split())[:400]}\n"
         return module.operation.get_asm(print_generic_op_form=True, large_elements_limit=16,
                                         enable_debug_info=debug_info,
                                         use_local_scope=debug_info)
@@ -302,4 +391,6 @@ def ops_in(text: str) -> tuple[str, ...]:
             for name in _MLIR_OP.findall(line):
                 if name not in ops:
                     ops.append(name)
+    if any(op.startswith("onnx.") for op in ops):  # the ONNX op says more than its carrier
+        ops = [op for op in ops if op != "torch.operator"]
     return tuple(ops)

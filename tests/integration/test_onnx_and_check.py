@@ -9,7 +9,7 @@ import torch
 from onnx import TensorProto, helper
 
 from edgekit import BuildOptions, build, validate_local
-from edgekit.errors import ModelLoadError
+from edgekit.errors import LoweringError, ModelLoadError
 from edgekit.examples.models import kws_mlp
 from tests.integration.helpers import edgekit
 
@@ -47,14 +47,18 @@ def test_an_onnx_recipe_builds_and_validates_against_onnxruntime(write_recipe, t
     assert validate_local(bundle.path).ok
 
 
-def test_an_op_tosa_cannot_take_is_built_through_linalg_and_said(write_recipe, tmp_path):
-    acos_graph(tmp_path / "acos.onnx")
+def test_an_onnx_model_takes_irees_onnx_input_first_and_says_so(write_recipe, tmp_path):
+    acos_graph(tmp_path / "acos.onnx")   # Acos: tosa cannot take it, IREE's ONNX input can
     result = build(BuildOptions(recipe=write_recipe("name: acos\nmodel:\n  onnx: acos.onnx\n"),
                                 target="host"))
     lowering = result.bundle.manifest.lowering
-    assert lowering.used == "linalg"
-    assert lowering.attempts[0].lowering == "tosa" and "torch.aten.acos" in lowering.attempts[0].ops
+    assert lowering.used == "torch" and [a.lowering for a in lowering.attempts] == ["torch"]
+    assert "IREE's own ONNX input tried first" in lowering.note
     assert validate_local(result.bundle.path).ok
+    # tosa, asked for, fails on the op and says which
+    tosa = write_recipe("name: acos\nmodel:\n  onnx: acos.onnx\nlowering: tosa\n", "t.yaml")
+    with pytest.raises(LoweringError, match="torch.aten.acos"):
+        build(BuildOptions(recipe=tosa, target="host"))
 
 
 def test_check_reports_exactly_the_op_tosa_cannot_take(tmp_path):
@@ -70,7 +74,7 @@ def test_check_reports_exactly_the_op_tosa_cannot_take(tmp_path):
     assert "torch.aten.acos" in report["failures"]["tosa"]
     assert by_op["Acos"]["linalg"] and by_op["Acos"]["compiled"]
     assert "torch.aten.acos" in by_op["Acos"]["failure"]
-    assert report["chosen"] == "linalg" and report["buildable"]
+    assert report["chosen"] == "torch" and report["buildable"]   # IREE's ONNX input first
     assert (tmp_path / by_op["Acos"]["reproducer"] / "tosa" / "input.mlir").is_file()
 
 
@@ -128,11 +132,11 @@ def test_auto_lowering_starts_with_what_check_learned(write_recipe, tmp_path):
     acos_graph(tmp_path / "learned.onnx")
     recipe = write_recipe("name: learned\nmodel:\n  onnx: learned.onnx\n")
     before = build(BuildOptions(recipe=recipe, target="host")).bundle.manifest.lowering
-    assert [a.lowering for a in before.attempts] == ["tosa", "linalg"]
+    assert [a.lowering for a in before.attempts] == ["torch"]   # IREE's ONNX input first
     assert edgekit("check", str(tmp_path / "learned.onnx"), cwd=tmp_path).returncode == 0
     # the verdict is an input of the build: the cached build made without it is not reused
     after = build(BuildOptions(recipe=recipe, target="host"))
     assert not after.cached
     lowering = after.bundle.manifest.lowering
-    assert lowering.used == "linalg" and [a.lowering for a in lowering.attempts] == ["linalg"]
-    assert "edgekit check chose linalg" in lowering.note and "Acos" in lowering.note
+    assert lowering.used == "torch" and [a.lowering for a in lowering.attempts] == ["torch"]
+    assert "edgekit check chose torch" in lowering.note

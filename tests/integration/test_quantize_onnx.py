@@ -1,5 +1,6 @@
 """ONNX models quantized by onnxruntime (quantize_static): QDQ models build as int8 through the
-real torch-mlir ONNX importer and IREE's ONNX input; QOperator models are refused."""
+real torch-mlir ONNX importer and IREE's ONNX input; QOperator models (QLinearConv,
+MatMulInteger, …) too, with the same int8 contraction census."""
 
 import numpy as np
 import onnx
@@ -94,15 +95,50 @@ def test_a_qdq_model_through_a_float_lowering_is_refused(onnx_models):
     assert "Traceback" not in proc.stderr
 
 
-def test_a_qoperator_model_is_refused_with_what_to_do(onnx_models):
+def qoperator_model(path):
+    """x (uint8) → QLinearConv 3x3 (int8 weights, 4→8 channels) → flattened → MatMulInteger
+    with int8 weights: the two QOperator contractions IREE's ONNX input compiles."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("x_scale", np.float32(0.02)), ("x_zp", np.uint8(128)),
+        ("w", rng.integers(-60, 60, (8, 4, 3, 3), dtype=np.int8)),
+        ("w_scale", np.float32(0.01)), ("w_zp", np.int8(0)),
+        ("y_scale", np.float32(0.05)), ("y_zp", np.uint8(128)),
+        ("shape", np.array([1, 8 * 6 * 6], np.int64)),
+        ("m", rng.integers(-60, 60, (8 * 6 * 6, 10), dtype=np.int8)),
+        ("a_zp", np.uint8(128)), ("m_zp", np.int8(0))]]
+    nodes = [helper.make_node("QLinearConv", ["x", "x_scale", "x_zp", "w", "w_scale", "w_zp",
+                                              "y_scale", "y_zp"], ["y"]),
+             helper.make_node("Reshape", ["y", "shape"], ["flat"]),
+             helper.make_node("MatMulInteger", ["flat", "m", "a_zp", "m_zp"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "qop", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.INT32, [1, 10])], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+
+
+def test_a_qoperator_model_builds_int8_through_irees_onnx_input(onnx_models):
+    qoperator_model(onnx_models / "qop.onnx")
+    recipe = write(onnx_models, "qop", "name: qop\nmodel: {onnx: qop.onnx}\n")
+    bundle = build(BuildOptions(recipe=recipe, target="host",
+                                out=onnx_models / "build" / "qop")).bundle
+    q = bundle.manifest.quantization
+    assert q.mode == "int8" and q.lowering == "torch" and "QOperator" in q.calibration
+    assert q.contractions.integer == q.contractions.total == 2, q.contractions
+    assert validate_local(bundle.path).ok
+
+
+def test_a_qoperator_model_irees_input_cannot_compile_names_the_op(onnx_models):
+    # onnxruntime's QOperator export of the CNN uses com.microsoft's QGemm
     recipe = write(onnx_models, "cnn_qop",
                    "name: cnn-qop\nmodel: {onnx: small_cnn_qoperator.onnx}\n")
     proc = edgekit("build", "--recipe", str(recipe), "--target", "host",
-                   "--out", str(onnx_models / "build" / "qop"))
-    assert proc.returncode == 18, proc.stderr
-    assert "QOperator format (QGemm, QLinearConv)" in proc.stderr
-    assert "quant_format=QuantFormat.QDQ" in proc.stderr and "Traceback" not in proc.stderr
-    assert not (onnx_models / "build" / "qop").exists()
+                   "--out", str(onnx_models / "build" / "cnn-qop"))
+    assert proc.returncode == 4, proc.stderr
+    assert "torch: compile (onnx." in proc.stderr and "Traceback" not in proc.stderr
+    assert not (onnx_models / "build" / "cnn-qop").exists()
 
 
 def test_check_says_which_path_a_quantized_onnx_model_takes(onnx_models, tmp_path):
@@ -115,5 +151,5 @@ def test_check_says_which_path_a_quantized_onnx_model_takes(onnx_models, tmp_pat
                   "--json", cwd=tmp_path)
     import json
     report = json.loads(qop.stdout)
-    assert report["chosen"] is None and "re-export it as QDQ" in report["note"]
+    assert report["chosen"] is None and "QOperator int8 model" in report["note"]
     assert qop.returncode == 4 and "error: no lowering builds" in qop.stderr  # NotBuildable

@@ -1,8 +1,9 @@
 """The ONNX frontend: an .onnx file (onnx_source.py: safe loading, opset upgrade, input
 signature; onnx_samples.py: random samples that fit the graph) with golden outputs from
-onnxruntime, unoptimized, or the onnx reference evaluator; QDQ recognition instead of quantizing (quantize/onnx_qdq.py);
-no graph rewrites; torch-mlir's ONNX importer, whose ONNX form is what the `torch` lowering hands
-IREE's own ONNX input."""
+onnxruntime, unoptimized, or the onnx reference evaluator; QDQ/QOperator recognition instead of
+quantizing (quantize/onnx_qdq.py); no graph rewrites; torch-mlir's ONNX importer, whose ONNX form
+is what the `torch` lowering hands IREE's own ONNX input (tried first), each step in a child
+process."""
 
 from __future__ import annotations
 
@@ -151,8 +152,18 @@ class OnnxFrontend(Frontend[Model]):
         return dataclasses.replace(exported, rewrites=(*exported.rewrites, note))
 
     def import_graph(self, graph: Model) -> ImportedGraph:
-        onnx_form, torch_form = torch_mlir.import_onnx_both(graph)
-        return ImportedGraph(torch_form, {"torch": LoweringSource(onnx_form, ONNX_INPUT)})
+        """The ONNX import (a child process) is the `torch` lowering, tried first: IREE's own
+        ONNX input is IREE's supported path for ONNX. torch-mlir's ONNX→torch conversion
+        (another child) is made only if tosa or linalg are tried, so its failures and crashes
+        are failed attempts of those lowerings, never of `torch`."""
+        onnx_form = torch_mlir.import_onnx_form(graph)
+        return ImportedGraph(
+            provided={"torch": LoweringSource(onnx_form, ONNX_INPUT)},
+            convert=lambda: torch_mlir.onnx_to_torch_backend(onnx_form),
+            convert_command="torch-mlir-opt -pass-pipeline='builtin.module(torch-onnx-to-"
+                            "torch-backend-pipeline)' input.mlirbc",
+            first=() if _float64_signature(graph) else ("torch",),
+            first_note="ONNX model: IREE's own ONNX input tried first")
 
     def graph_to_check(self, recipe: Recipe) -> tuple[Model, str]:
         model = load_onnx(recipe.resolve(recipe.model.onnx or ""))
@@ -170,18 +181,28 @@ class OnnxFrontend(Frontend[Model]):
             _single_node_model(graph, n))) for op, node in first.items()]
 
     def check_scope(self, graph: Model, target: Target, where: str) -> CheckScope:
+        """The lowerings a build tries, in its order: IREE's ONNX input first."""
         from edgekit.pipeline.quantize.onnx_qdq import qdq_summary
         try:
             qdq = qdq_summary(graph, where)
-        except QuantizationError as refused:  # QOperator: the build refuses it, whatever compiles
+        except QuantizationError as refused:  # contrib QDQ ops: the build refuses them
             return CheckScope((), f"{refused.what}; {refused.hint}")
         if qdq is None or qdq.quantized == 0:
-            return CheckScope(tuple(target.lowering))
+            return CheckScope(("torch", *(lw for lw in target.lowering if lw != "torch")))
         # int8 builds take the torch lowering only (IREE's ONNX input keeps them integer)
         return CheckScope(("torch",), (
-            f"QDQ int8 model: {qdq.quantized} of {qdq.contractions} contractions have "
-            "quantized inputs; `lowering: auto` takes torch (IREE's ONNX input), the "
-            "lowering that keeps them integer"))
+            f"{qdq.format} int8 model: {qdq.quantized} of {qdq.contractions} contractions are "
+            "quantized; `lowering: auto` takes torch (IREE's ONNX input), the lowering that "
+            "keeps them integer"))
+
+
+def _float64_signature(model) -> bool:
+    """IREE's ONNX input keeps float64 at the module's entry (expected f64: measured), where
+    the torch-mlir lowerings' modules take the float32 this frontend feeds them (F64_KEPT):
+    such models keep the profile's order."""
+    double = 11   # onnx.TensorProto.DOUBLE
+    return any(v.type.tensor_type.elem_type == double
+               for v in (*model.graph.input, *model.graph.output))
 
 
 def _single_node_model(model, node):

@@ -1,10 +1,11 @@
-"""ONNX models that arrive quantized: QDQ models are built as int8, QOperator models refused.
+"""ONNX models that arrive quantized (QDQ or QOperator) are built as int8 through IREE's ONNX input.
 
 A QDQ model (onnxruntime's `quantize_static(..., quant_format=QuantFormat.QDQ)`) keeps float
 operators between QuantizeLinear/DequantizeLinear pairs; IREE's ONNX input turns a contraction
 whose inputs both come from DequantizeLinear into integer math (measured: 5 of 5 on a CNN, 6 of 6
-on a transformer block). The QOperator format (QLinearConv, MatMulInteger, …) and dynamic
-quantization have no such path: they are refused with what to do instead.
+on a transformer block). The QOperator format (QLinearConv, QLinearMatMul, ConvInteger,
+MatMulInteger, …) names the integer contraction itself; IREE's ONNX input compiles it, and the
+same int8 contraction census as for QDQ checks the compiled module (lower.check_quantized).
 
 Golden outputs are the QDQ model's own outputs in onnxruntime (unoptimized); with
 `quantize.float_model` the accuracy report compares it with the fp32 model it came from.
@@ -30,29 +31,31 @@ QOPERATOR_OPS = frozenset({
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearReduceMean", "QLinearWhere",
     "QAttention", "QEmbedLayerNormalization", "DynamicQuantizeLinear", "DynamicQuantizeMatMul",
     "MatMulIntegerToFloat", "DynamicQuantizeLSTM", "QLinearConvTranspose"})
+# … of which the ones that are contractions (what the int8 census counts)
+QOPERATOR_CONTRACTIONS = frozenset({
+    "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "QGemm",
+    "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention", "QLinearConvTranspose"})
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 CONTRACTIONS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
-GOLDEN = "outputs of the QDQ model in onnxruntime, unoptimized (what the module must reproduce)"
+GOLDEN = "outputs of the quantized ONNX model in onnxruntime, unoptimized (what the module must reproduce)"
 
 
 @dataclass(frozen=True)
 class QdqSummary:
-    contractions: int         # Conv/MatMul/Gemm nodes in the graph
+    contractions: int         # Conv/MatMul/Gemm nodes in the graph (QOperator: its integer ones)
     quantized: int            # … whose first two inputs both come from DequantizeLinear
     weights: str              # per-channel | per-tensor | mixed
+    format: str = "QDQ"       # QDQ | QOperator
 
 
 def qdq_summary(model, where: str) -> QdqSummary | None:
-    """What a QDQ model quantizes; None for a float model. QOperator models are refused."""
+    """What a quantized model quantizes; None for a float model."""
     ops = Counter((node.domain or "ai.onnx", node.op_type) for node in model.graph.node)
-    qoperator = sorted({op for _, op in ops if op in QOPERATOR_OPS})
+    qoperator = [n for n in model.graph.node if n.op_type in QOPERATOR_OPS]
     if qoperator:
-        raise QuantizationError(
-            f"the model is quantized in onnxruntime's QOperator format ({', '.join(qoperator)}), "
-            "which has no integer path through the compiler", where=where,
-            hint="re-export it as QDQ: onnxruntime.quantization.quantize_static(fp32_model, "
-                 "out, calibration_reader, quant_format=QuantFormat.QDQ) (dynamic quantization "
-                 "has no QDQ form: use quantize_static)")
+        contractions = [n for n in qoperator if n.op_type in QOPERATOR_CONTRACTIONS]
+        return QdqSummary(contractions=len(contractions), quantized=len(contractions),
+                          weights="", format="QOperator")
     contrib = sorted({op for domain, op in ops if op in QDQ_OPS and domain != "ai.onnx"})
     if contrib:
         raise QuantizationError(
@@ -82,7 +85,7 @@ def _scale_kind(dequantize, initializers) -> str:
 
 
 def quantized_onnx(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
-    """The quantize stage for ONNX sources: mark a QDQ model int8 (its contractions are then
+    """The quantize stage for ONNX sources: mark a QDQ or QOperator model int8 (its contractions are then
     checked after compiling) and, given the fp32 model, report what quantizing cost."""
     quantize = recipe.quantize
     where = str(recipe.resolve(recipe.model.onnx or ""))
@@ -92,7 +95,7 @@ def quantized_onnx(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
             return exported
         found = ("no QuantizeLinear/DequantizeLinear" if summary is None else
                  f"no contraction with quantized inputs (of {summary.contractions})")
-        raise ConfigError(f"`quantize: int8` on an ONNX model needs a QDQ model; this one has "
+        raise ConfigError(f"`quantize: int8` on an ONNX model needs a QDQ or QOperator model; this one has "
                           f"{found}", where=str(recipe.path), key="quantize",
                           hint="quantize it with onnxruntime's quantize_static(..., "
                                "quant_format=QuantFormat.QDQ), or drop `quantize:`")
@@ -103,7 +106,7 @@ def quantized_onnx(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
         check_floor(report, quantize.min_cosine, "int8", where=f"{recipe.path} (quantize)")
     note = QuantizationNote(
         mode="int8", weights=summary.weights, quantized_ops=summary.quantized,
-        calibration="before the build (ONNX QDQ model)",
+        calibration=f"before the build (ONNX {summary.format} model)",
         allow_float_contractions=bool(quantize and quantize.allow_float_contractions),
         accuracy=report, golden=GOLDEN)
     return dataclasses.replace(exported, quantization=note)
