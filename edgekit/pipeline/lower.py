@@ -247,6 +247,8 @@ def save_reproducer(directory: Path, module: bytes | None, diagnostics: str,
 def _all_failed(attempts: list[LoweringAttempt], reproducer_dir: Path,
                 int8: bool = False) -> LoweringError:
     ops = tuple(dict.fromkeys(op for a in attempts for op in a.ops))
+    if any(op.startswith("onnx.") for op in ops):  # the ONNX op says more than its carrier
+        ops = tuple(op for op in ops if op != "torch.operator")
     stages = "; ".join(f"{a.lowering}: {a.stage}: {_first_error_line(a.error)}"
                        for a in attempts)
     tried = [a.lowering for a in attempts]
