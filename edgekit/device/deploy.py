@@ -325,17 +325,21 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
 
 
 def validate_on_device(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,
-                       shims: str) -> ValidationReport:
+                       shims: str, keep: dict[tuple[int, int], np.ndarray] | None = None
+                       ) -> ValidationReport:
     """Run every validation sample with the device's runtime; compare the outputs here, on the
-    host (one report: each output's worst sample)."""
+    host (one report: each output's worst sample). `keep`: receives the device's outputs,
+    keyed (sample, output index), for callers that look further (`edgekit bisect`)."""
     m = bundle.manifest
     sets = [m.golden_outputs, *(s.outputs for s in m.more_golden)]
-    return worst_per_output([_validate_sample(conn, bundle, release_dir, runtime, shims, k, g)
+    return worst_per_output([_validate_sample(conn, bundle, release_dir, runtime, shims, k, g,
+                                              keep)
                              for k, g in enumerate(sets)])
 
 
 def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,
-                     shims: str, sample: int, golden_outputs: tuple[str, ...]
+                     shims: str, sample: int, golden_outputs: tuple[str, ...],
+                     keep: dict[tuple[int, int], np.ndarray] | None = None
                      ) -> ValidationReport:
     m = bundle.manifest
     out_dir = layout.validation_dir(m.app, scratch_token())
@@ -366,6 +370,8 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
                     actual = read_output(local, sig.dtype, expected.shape)
                 except (ValueError, EOFError, OSError) as exc:
                     raise _unreadable_output(conn, m.app, name, exc) from None
+                if keep is not None:
+                    keep[(sample, i)] = actual
                 comparisons.append(compare_output(
                     sig.name, actual, expected,
                     output_limits(m.tolerances, sig.name, str(expected.dtype))))

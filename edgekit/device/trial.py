@@ -2,8 +2,8 @@
 validated there and benchmarked on request — never activated — and the releases this trial
 added are removed afterwards (what was on the device before, current or not, stays).
 
-Used by `edgekit tune --host` (candidate variants) and `edgekit build --compare-quantization
---host` (quantization variants).
+Used by `edgekit tune --host` (candidate variants), `edgekit build --compare-quantization
+--host` (quantization variants) and `edgekit bisect --host` (tapped variants).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round
@@ -30,6 +32,8 @@ class DeviceTrial:
     address: str                     # user@host[:port], or local:DIR
     arch: str
     problems: list[str | None] = field(default_factory=list)  # per bundle: None = validated
+    # per bundle: the device's outputs, keyed (sample, output index) (`keep_outputs=True`)
+    outputs: list[dict[tuple[int, int], np.ndarray]] = field(default_factory=list)
 
     def run_round(self, bundle: Bundle, threads: int, repetitions: int) -> list[float]:
         """Per-call ms of one iree-benchmark-module process on the device (golden inputs)."""
@@ -42,9 +46,11 @@ class DeviceTrial:
 
 @contextlib.contextmanager
 def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
-                    say: Callable[[str], None] = lambda _: None) -> Iterator[DeviceTrial]:
+                    say: Callable[[str], None] = lambda _: None,
+                    keep_outputs: bool = False) -> Iterator[DeviceTrial]:
     """Upload and validate every bundle on `host`; yields the trial (its `problems` say which
-    validated); removes the releases it added when the block ends."""
+    validated; its `outputs` hold what the device computed, with `keep_outputs`); removes the
+    releases it added when the block ends."""
     with open_device(host, identity) as conn:
         address = conn.where
         info = probe(conn)
@@ -65,8 +71,10 @@ def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
                 upload_release(conn, bundle, app, release, shims)
                 if (app, release) not in before:
                     added.append((app, release))
+                kept: dict[tuple[int, int], np.ndarray] = {}
                 report = validate_on_device(conn, bundle, layout.release_dir(app, release),
-                                            runtime, shims)
+                                            runtime, shims, kept if keep_outputs else None)
+                trial.outputs.append(kept)
                 trial.problems.append(None if report.ok else "; ".join(
                     p for o in report.outputs for p in o.problems))
             yield trial

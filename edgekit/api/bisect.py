@@ -1,0 +1,191 @@
+"""`edgekit bisect`: when a build's outputs are wrong on a device, find where they go wrong.
+
+Level 1 makes every submodule's output an extra output of the model (taps.py), builds that
+variant exactly as the recipe builds the model (quantization, lowering, flags, target), runs it
+where the build fails (this machine with `local`, or a device over SSH: uploaded, validated,
+never activated, removed) and compares each tap with the host reference (eager PyTorch). Level 2
+repeats that for every op of the first module that left tolerance. The first op that leaves
+tolerance is then built alone, with its real input values, into a reproducer bundle that is run
+the same way and kept with a reproduce.sh.
+
+Measured here (2 shared cores, llvm-cpu host target, cache cold): see README "When validation
+fails"."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgekit.bisect import taps as T
+from edgekit.bisect.profile import Level, TapResult, profile
+from edgekit.bisect.variant import (Built, build_variant, copy_bundle, exported_module,
+                                    run_here, run_on_device)
+from edgekit.config.profiles import load_target
+from edgekit.config.recipe import load_recipe
+from edgekit.errors import ConfigError
+from edgekit.pipeline.frontends.registry import frontend_for
+from edgekit.validate.tolerance import with_build_defaults
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    recipe: Path
+    target: str
+    host: str | None = None         # run on this device (user@host[:port] or a lab name)
+    local: bool = False             # run on this machine instead
+    identity: Path | None = None
+    out: Path | None = None         # reproducer directory [default: build/<app>-<target>.bisect]
+    trust_pickle: bool = False
+
+
+@dataclass(frozen=True)
+class Reproducer:
+    directory: Path
+    script: Path
+    reproduced: bool                # the op alone leaves tolerance the same way
+    check: TapResult
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    app: str
+    target: str
+    where: str                      # "this machine" or the device's address
+    quantization: str | None        # the build's mode (int8, fp16, …) or None
+    levels: tuple[Level, ...]
+    first: TapResult | None         # the first tap (finest level) that left tolerance
+    reproducer: Reproducer | None = None
+    notes: tuple[str, ...] = ()
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def diverges(self) -> bool:
+        return self.first is not None
+
+
+def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) -> BisectResult:
+    if bool(options.host) == bool(options.local):
+        raise ConfigError("say where the build fails: --host DEVICE or --local", key="host",
+                          hint="edgekit bisect --recipe R --target T --host user@addr")
+    started = time.perf_counter()
+    seconds: dict[str, float] = {}
+    recipe = load_recipe(options.recipe)
+    if options.trust_pickle:
+        recipe = recipe.trusting_pickle()
+    frontend = frontend_for(recipe.model)
+    if frontend.kind != "pytorch":
+        raise ConfigError(f"bisect takes PyTorch models; this recipe's model is "
+                          f"{frontend.kind}", where=str(recipe.path), key="model",
+                          hint="bisect the PyTorch model the .onnx was exported from")
+    target = load_target(options.target)
+    say("exporting")
+    loaded = frontend.load(recipe)
+    exported = frontend.export(recipe, loaded)
+    gm = T.graph_of(exported.program)
+    samples, names = loaded.samples, loaded.input_names
+    mode = recipe.quantize.mode if recipe.quantize else None
+    tolerances = with_build_defaults(recipe.validation, mode)
+    where = "this machine" if options.local else options.host
+    mark = time.perf_counter()
+    seconds["export"] = round(mark - started, 2)
+
+    def run(level: str, taps: list[T.Tap]) -> Level:
+        nonlocal where, mark
+        built = build_variant(recipe, target, exported_module(T.with_taps(gm, taps), samples,
+                                                              names), level, say)
+        now = time.perf_counter()
+        seconds[f"{level}: build"] = round(now - mark, 2)
+        say(f"{level}: running {len(taps)} taps on {where}")
+        where, actual = _run(built, options, say)
+        mark = time.perf_counter()
+        seconds[f"{level}: run"] = round(mark - now, 2)
+        return profile(level, taps, actual, built.reference, tolerances,
+                       built.fp32 if built.quantization else None)
+
+    boundary = T.boundary_taps(gm)
+    levels = [run("module boundaries", boundary)]
+    notes: list[str] = []
+    first = levels[0].first_failing
+    found: TapResult | None = levels[0].rows[first] if first is not None else None
+    if found is not None:
+        after = boundary[first - 1].node if first > 0 else None
+        ops = T.op_taps(gm, after, boundary[first].node)
+        if len(ops) > 1:
+            label = f"ops of {found.tap.module or '(model)'}"
+            finer = run(label, ops)
+            levels.append(finer)
+            if finer.first_failing is not None:
+                found = finer.rows[finer.first_failing]
+            else:
+                notes.append(f"each op of {found.tap.module or 'the model'} alone agrees: "
+                             "the error needs them compiled together (fused)")
+    reproducer = None
+    if found is not None and recipe.quantize is None:
+        reproducer = _reproducer(recipe, target, gm, samples, found, options, tolerances, say)
+        seconds["reproducer"] = round(time.perf_counter() - mark, 2)
+    elif found is not None:
+        notes.append(f"no reproducer for a {mode} build: the op alone is not quantized the "
+                     "way it is inside the model")
+    seconds["total"] = round(time.perf_counter() - started, 2)
+    return BisectResult(app=recipe.name, target=target.name, where=where, quantization=mode,
+                        levels=tuple(levels), first=found, reproducer=reproducer,
+                        notes=tuple(notes), seconds=seconds)
+
+
+def _run(built: Built, options: BisectOptions, say: Callable[[str], None]
+         ) -> tuple[str, list[np.ndarray]]:
+    if options.local:
+        return "this machine", run_here(built.bundle)
+    address, outputs = run_on_device([built.bundle], options.host, options.identity, say)
+    return (options.host if options.host == address else f"{options.host} ({address})",
+            outputs[0])
+
+
+def _reproducer(recipe, target, gm: torch.fx.GraphModule, samples, found: TapResult,
+                options: BisectOptions, tolerances, say: Callable[[str], None]) -> Reproducer:
+    """The failing op alone, fed the values its operands have in the model on the golden
+    sample, built for the same target; run where the model ran, kept with a reproduce.sh."""
+    node = next(n for n in gm.graph.nodes if n.name == found.tap.node)
+    one = T.OneOp(gm, node)
+    values = T.node_values(gm, tuple(torch.from_numpy(np.array(s)) for s in samples))
+    inputs = tuple(values[name].contiguous().numpy() for name in one.inputs)
+    names = tuple(f"in_{i}" for i in range(len(inputs)))
+    built = build_variant(recipe, target, exported_module(one, inputs, names),
+                          f"reproducer {found.tap.op}", say)
+    where, actual = _run(built, options, say)
+    check = profile("reproducer", [found.tap], actual[:1], built.reference, tolerances).rows[0]
+    directory = (options.out or Path("build") / f"{recipe.name}-{target.name}.bisect").resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    copy_bundle(built.bundle, directory / "bundle")
+    script = directory / "reproduce.sh"
+    script.write_text(_script(found, recipe.name, target.name, where, check, options))
+    script.chmod(0o755)
+    return Reproducer(directory, script, reproduced=not check.check.ok, check=check)
+
+
+def _script(found: TapResult, app: str, target: str, where: str, check: TapResult,
+            options: BisectOptions) -> str:
+    tap = found.tap
+    host = shlex.quote(options.host) if options.host else ""
+    said = "; ".join(check.check.problems) or "it agreed alone"
+    return f"""#!/bin/sh
+# {tap.op} of module '{tap.module or "(model)"}' ({tap.module_type}) of {app}, built for {target},
+# alone: its operands hold the values they have inside the model on the golden sample.
+# On {where}: {said}
+# Usage: reproduce.sh            run it on this machine (edgekit validate --local)
+#        reproduce.sh HOST       deploy it to HOST: validation there refuses a wrong module
+#                                (exit 8) and never activates it
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+host=${{1:-{host}}}
+if [ -z "$host" ]; then
+    exec edgekit validate "$here/bundle" --local
+fi
+exec edgekit deploy "$here/bundle" --host "$host"
+"""
