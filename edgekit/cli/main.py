@@ -10,6 +10,7 @@ import datetime
 import functools
 import json
 import os
+import shlex
 import sys
 import traceback
 import warnings
@@ -304,11 +305,17 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
             with render.err.status("deploying…") as status:
                 result = run_deploy(options, on_stage=lambda n: status.update(f"{n}…"))
     except ValidationFailed as exc:
+        # where it goes wrong: bisect needs the model source (a recipe), not only the bundle
+        offer = shlex.join(["edgekit", "bisect", "--recipe", str(recipe), "--target", target,
+                            "--host", host]) if recipe and target else None
         if as_json:
             render.emit_json({"ok": False, "error": exc.what,
-                              "report": exc.report.model_dump(mode="json")})
+                              "report": exc.report.model_dump(mode="json"), "bisect": offer})
         else:
             render.validation_table(exc.report)
+            if offer:
+                render.err.print(f"to find the first layer that goes wrong: {offer}",
+                                 highlight=False, markup=False)
         raise
     if as_json:
         render.emit_json(render.deploy_json(result))
@@ -650,6 +657,7 @@ def bench_report(app: str | None, html: Path) -> None:
 # command groups in their own modules register themselves on `cli`
 from edgekit.cli import fleet as _fleet_commands  # noqa: E402,F401
 from edgekit.cli import tune as _tune_command  # noqa: E402,F401
+from edgekit.cli import bisect as _bisect_command  # noqa: E402,F401
 
 
 def main() -> None:

@@ -1,0 +1,124 @@
+"""`edgekit bisect`: the first layer whose outputs leave tolerance on a device, the error
+profile along the network, and a reproducer for that layer alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from edgekit.cli import render
+from edgekit.cli.main import HOST_HELP, IDENTITY, TRUST_PICKLE, cli, handle_errors
+
+
+@cli.command()
+@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
+@click.option("--target", required=True, help="target profile name or YAML path")
+@click.option("--host", help="run on this device (" + HOST_HELP + ")")
+@click.option("--local", is_flag=True, help="run on this machine instead")
+@IDENTITY
+@click.option("--out", type=click.Path(path_type=Path),
+              help="reproducer directory [default: build/<app>-<target>.bisect]")
+@click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
+@TRUST_PICKLE
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@handle_errors
+def bisect(recipe: Path, target: str, host: str | None, local: bool, identity: Path | None,
+           out: Path | None, html: Path | None, trust_pickle: bool, as_json: bool) -> None:
+    """Find the first layer whose outputs leave tolerance where a build runs wrongly: taps
+    every module's output, then every op of the first failing module, compares each with eager
+    PyTorch; writes that op alone as a reproducer bundle with a reproduce.sh. Exit 0 when
+    nothing diverges, 8 when something does."""
+    from edgekit.api.bisect import BisectOptions, bisect as run_bisect
+    from edgekit.errors import ValidationFailed
+    options = BisectOptions(recipe=recipe, target=target, host=host, local=local,
+                            identity=identity, out=out, trust_pickle=trust_pickle)
+    with render.err.status("bisecting…") as status:
+        result = run_bisect(options, say=status.update)
+    if as_json:
+        render.emit_json(_json(result))
+    else:
+        for level in result.levels:
+            render.out.print(_table(level, result.quantization))
+        for line in _summary(result):
+            render.out.print(escape(line), highlight=False)
+    if html:
+        from edgekit.report.bisect_html import render_bisect
+        html.write_text(render_bisect(f"edgekit bisect: {result.app} for {result.target}",
+                                      _summary(result), _html_levels(result)))
+        if not as_json:
+            render.out.print(f"HTML report: {escape(str(html))}")
+    if result.diverges:
+        raise ValidationFailed(f"{_where(result.first)} leaves tolerance on {result.where}",
+                               report=None, hint=f"reproducer: {result.reproducer.script}"
+                               if result.reproducer else None)
+
+
+def _where(row) -> str:
+    return f"{row.tap.op} in '{row.tap.module or '(model)'}' ({row.tap.module_type})"
+
+
+def _summary(result) -> list[str]:
+    lines = []
+    if result.first is None:
+        lines.append(f"no divergence: every tap agrees with the reference on {result.where}")
+    else:
+        c = result.first.check
+        cos = f"{c.cosine:.6f}" if c.cosine is not None else "undefined"
+        lines.append(f"first divergence: {_where(result.first)}: max abs error "
+                     f"{c.max_abs_error:.3g}, cosine {cos} ({'; '.join(c.problems)})")
+    if result.reproducer:
+        r = result.reproducer
+        lines.append(f"reproducer: {r.script} (the op alone "
+                     f"{'fails the same way' if r.reproduced else 'agrees: it fails only inside the model'})")
+    lines.extend(result.notes)
+    lines.append(f"took {result.seconds.get('total', 0):.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in result.seconds.items() if k != 'total')})")
+    return lines
+
+
+def _table(level, quantization: str | None) -> Table:
+    table = Table(title=level.name)
+    for col in ("#", "module", "op", "max abs err", "cosine"):
+        table.add_column(col, justify="right" if col in ("#", "max abs err", "cosine") else "left")
+    if quantization:
+        table.add_column(f"vs fp32 (max abs, {quantization} error)", justify="right")
+    table.add_column("")
+    for i, row in enumerate(level.rows, 1):
+        c = row.check
+        cells = [str(i), escape(row.tap.module or "(model)"), escape(row.tap.op),
+                 f"{c.max_abs_error:.3g}", f"{c.cosine:.6f}" if c.cosine is not None else "–"]
+        if quantization:
+            cells.append(f"{row.fp32.max_abs_error:.3g}" if row.fp32 else "–")
+        cells.append("ok" if c.ok else "[red]beyond tolerance[/red]")
+        table.add_row(*cells)
+    return table
+
+
+def _html_levels(result):
+    from edgekit.report.bisect_html import ProfileRow
+    return [(level.name, [ProfileRow(r.tap.module, r.tap.op, r.check.max_abs_error,
+                                     r.check.cosine, r.check.ok,
+                                     r.fp32.max_abs_error if r.fp32 else None)
+                          for r in level.rows]) for level in result.levels]
+
+
+def _json(result) -> dict:
+    def row(r):
+        return {"node": r.tap.node, "module": r.tap.module, "module_type": r.tap.module_type,
+                "op": r.tap.op, "model_output": r.tap.output, "ok": r.check.ok,
+                "max_abs_error": r.check.max_abs_error, "cosine": r.check.cosine,
+                "problems": list(r.check.problems),
+                "fp32_max_abs_error": r.fp32.max_abs_error if r.fp32 else None,
+                "fp32_cosine": r.fp32.cosine if r.fp32 else None}
+    return {"app": result.app, "target": result.target, "where": result.where,
+            "quantization": result.quantization, "diverges": result.diverges,
+            "first": row(result.first) if result.first else None,
+            "levels": [{"name": lv.name, "taps": [row(r) for r in lv.rows]}
+                       for lv in result.levels],
+            "reproducer": {"directory": str(result.reproducer.directory),
+                           "script": str(result.reproducer.script),
+                           "reproduced": result.reproducer.reproduced}
+            if result.reproducer else None,
+            "notes": list(result.notes), "seconds": result.seconds}
