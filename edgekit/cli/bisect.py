@@ -83,14 +83,16 @@ def _table(level, quantization: str | None) -> Table:
     for col in ("#", "module", "op", "max abs err", "cosine"):
         table.add_column(col, justify="right" if col in ("#", "max abs err", "cosine") else "left")
     if quantization:
-        table.add_column(f"vs fp32 (max abs, {quantization} error)", justify="right")
+        table.add_column(f"vs fp32: max abs / cosine ({quantization} error)", justify="right")
     table.add_column("")
     for i, row in enumerate(level.rows, 1):
         c = row.check
         cells = [str(i), escape(row.tap.module or "(model)"), escape(row.tap.op),
                  f"{c.max_abs_error:.3g}", f"{c.cosine:.6f}" if c.cosine is not None else "–"]
         if quantization:
-            cells.append(f"{row.fp32.max_abs_error:.3g}" if row.fp32 else "–")
+            f = row.fp32
+            cells.append(f"{f.max_abs_error:.3g} / {f.cosine:.4f}" if f and f.cosine is not None
+                         else f"{f.max_abs_error:.3g}" if f else "– (norm folded in)")
         cells.append("ok" if c.ok else "[red]beyond tolerance[/red]")
         table.add_row(*cells)
     return table
