@@ -658,6 +658,7 @@ def bench_report(app: str | None, html: Path) -> None:
 from edgekit.cli import fleet as _fleet_commands  # noqa: E402,F401
 from edgekit.cli import tune as _tune_command  # noqa: E402,F401
 from edgekit.cli import bisect as _bisect_command  # noqa: E402,F401
+from edgekit.cli import derive as _derive_command  # noqa: E402,F401
 
 
 def main() -> None:

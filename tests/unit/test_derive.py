@@ -1,0 +1,36 @@
+"""`targets derive`: a probe → a commented profile that loads like the in-tree ones."""
+
+import yaml
+
+from edgekit.config.profiles import load_target
+from edgekit.device.derive import derive, vulkan_target
+from edgekit.device.probe import DeviceInfo
+
+PI5 = DeviceInfo(arch="aarch64", cores=4, mem_kb=8 * 1024 * 1024, cpu_model="",
+                 cpu_part="0xd0b", hwcap=(1 << 1) | (1 << 10) | (1 << 20), hwcap2=0,
+                 vulkan_devices=("Mali-G610 MC4",))
+
+
+def test_a_pi5_probe_gives_a_cortex_a76_with_dotprod_and_a_valhall_gpu_profile(tmp_path):
+    derived = derive(PI5, "my-board", "pi@10.0.0.5")
+    text = derived.cpu_profile
+    assert "CPU part 0xd0b" in text and "dotprod = AT_HWCAP bit 20" in text
+    data = yaml.safe_load(text)
+    assert data["extends"] == "aarch64-generic"
+    assert data["cpu"] == {"cpu": "cortex-a76", "features": "+neon,+fullfp16,+dotprod"}
+    (tmp_path / "my-board.yaml").write_text(text)
+    target = load_target(str(tmp_path / "my-board.yaml"))
+    assert target.cpu.triple == "aarch64-unknown-linux-gnu" and target.tune.threads == (1, 4)
+    gpu = yaml.safe_load(derived.gpu_profile)
+    assert gpu["vulkan"] == {"target": "valhall", "device_match": ["Mali"]}
+
+
+def test_under_qemu_the_cpu_comes_from_hwcap_not_the_hosts_cpuinfo():
+    qemu = DeviceInfo(arch="aarch64", cores=2, cpu_part="", cpu_flags=("fpu", "sse2"),
+                      hwcap=(1 << 1) | (1 << 20), hwcap2=1 << 13)
+    data = yaml.safe_load(derive(qemu, "emu", "lab").cpu_profile)
+    assert data["cpu"] == {"cpu": "generic", "features": "+neon,+dotprod,+i8mm"}
+
+
+def test_an_unknown_gpu_gets_the_vulkan_baseline():
+    assert vulkan_target("llvmpipe (LLVM 15.0.6, 256 bits)") == ("vp_android_baseline_2022", "")
