@@ -14,7 +14,7 @@ for input in $INPUTS; do
   inputs="$inputs --input=@$release/$input"
 done
 # shellcheck disable=SC2086 # $inputs holds one flag per validated relative path
-"$runtime/bin/iree-benchmark-module" "--module=$release/module.vmfb" "--device=${EDGEKIT_DRIVER:-$DRIVER}" \
+"$runtime/bin/iree-benchmark-module" "--module=$release/${MODULE:-module.vmfb}" "--device=${EDGEKIT_DRIVER:-$DRIVER}" \
   "--function=$FUNCTION" $inputs --benchmark_format=json "$@" &
 pid=$!
 peak=0

@@ -2,7 +2,7 @@
 # run.sh RUNTIME_DIR RELEASE_DIR OUT_DIR [SAMPLE]: run the release's golden inputs (validation
 # sample SAMPLE, default 0: the golden one) through iree-run-module and write outputs as
 # OUT_DIR/output_<i>.npy. The release's run.env (written by the host, covered by SHA256SUMS)
-# gives DRIVER, FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k), NOUTPUTS and OUTPUTS (the
+# gives MODULE (the bundle's module this device runs; older releases: module.vmfb), DRIVER, FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k), NOUTPUTS and OUTPUTS (the
 # output file names: .npy, or .bin for types iree-run-module writes raw; older releases have
 # no OUTPUTS: output_<i>.npy).
 set -eu
@@ -17,7 +17,7 @@ case $sample in
   *) eval "INPUTS=\${INPUTS_$sample:?no validation sample $sample in run.env}" ;;
 esac
 mkdir -p "$out"
-set -- "--module=$release/module.vmfb" "--device=$DRIVER" "--function=$FUNCTION"
+set -- "--module=$release/${MODULE:-module.vmfb}" "--device=$DRIVER" "--function=$FUNCTION"
 for input in $INPUTS; do
   set -- "$@" "--input=@$release/$input"
 done

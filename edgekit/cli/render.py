@@ -161,6 +161,9 @@ def deploy_summary(result) -> None:
               + f" in {result.seconds:.2f} s")
     if result.pruned:
         out.print(f"  pruned old releases: {', '.join(result.pruned)}")
+    if result.variant or result.variants_skipped:   # a multi-variant bundle: which one runs
+        out.print(f"  runs {'variant ' + result.variant if result.variant else 'the baseline'}"
+                  + "".join(f"; skipped {escape(s)}" for s in result.variants_skipped))
 
 
 def deploy_json(result) -> dict:

@@ -37,6 +37,15 @@ class CpuSpec(Frozen):
     features: str = ""
 
 
+class CpuVariant(Frozen):
+    """One more CPU module in the same bundle (e.g. a core with dotprod beside the baseline):
+    deploy runs the first variant whose CPU features the device has, else the baseline."""
+
+    name: str = pydantic.Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                               description="names the module: variants/<name>.vmfb")
+    cpu: CpuSpec
+
+
 class VulkanSpec(Frozen):
     target: str = pydantic.Field(description="IREE Vulkan target, e.g. valhall, rdna3, ampere")
     device_match: tuple[str, ...] = pydantic.Field(
@@ -85,6 +94,9 @@ class Target(Frozen):
                     "'host' means this machine's")
     backend: Literal["llvm-cpu", "vulkan-spirv"]
     cpu: CpuSpec | None = None
+    variants: tuple[CpuVariant, ...] = pydantic.Field(
+        default=(), description="more CPU modules in the bundle, best first; deploy runs the "
+                                "first the device supports, else `cpu:` (the baseline)")
     vulkan: VulkanSpec | None = None
     runtime: RuntimeSpec = RuntimeSpec()
     lowering: tuple[Lowering, ...] = pydantic.Field(
@@ -116,6 +128,11 @@ class Target(Frozen):
             raise ValueError("backend vulkan-spirv needs a `vulkan:` section with `target:`")
         if not self.lowering:
             raise ValueError("`lowering` must list at least one of: " + ", ".join(LOWERINGS))
+        if self.variants and self.backend != "llvm-cpu":
+            raise ValueError("`variants` are CPU modules: only for backend llvm-cpu")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must differ (got {', '.join(names)})")
         return self
 
     def profile(self) -> dict:

@@ -36,7 +36,7 @@ from edgekit.device.releases import (activate, clean_leftovers, current_release,
 from edgekit.device.trust import check_signature, install_signers
 from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
                             RemoteCommandFailed, ValidationFailed)
-from edgekit.models.bundle import Bundle, MANIFEST, SIGNATURE, sha256_file
+from edgekit.models.bundle import Bundle, MANIFEST, MODULE, SIGNATURE, VARIANTS, sha256_file
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
@@ -61,6 +61,8 @@ class DeployResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     gate: dict = field(default_factory=dict)   # what the health gate measured, if any
     signer: str | None = None       # who signed the bundle (None: deployed --allow-unsigned)
+    variant: str | None = None      # the CPU variant this device runs (None: the baseline)
+    variants_skipped: tuple[str, ...] = ()  # variants passed over, and why
 
 
 def release_id(bundle: Bundle) -> str:
@@ -115,6 +117,9 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
         raise DeviceIncompatible("; ".join(found), where=conn.where,
                                  hint=f"nothing was uploaded; targets that fit this device: "
                                       f"{', '.join(fits) or 'none known'}")
+    variant, skipped = preflight.pick_variant(m, info)
+    if m.variants:
+        stage(f"preflight: runs {'variant ' + variant.name if variant else 'the baseline'}")
     provisioned = needs_provisioning(info, m.compiler_version)
     if provisioned:
         stage("provision")
@@ -128,7 +133,8 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     install_signers(conn)
     with in_flight(conn, app, release):
         files, sent = upload_release(conn, bundle, app, release, shims,
-                                     allow_unsigned=signer is None)
+                                     allow_unsigned=signer is None,
+                                     module=variant.file if variant else MODULE)
         if signer is None:
             journal_event(conn, app, "unsigned-allowed", release)
 
@@ -171,7 +177,8 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                         activated=activated, uploaded_files=files, uploaded_bytes=sent,
                         provisioned=provisioned, report=report, pruned=pruned,
                         seconds=round(now - started, 3), stage_seconds=stage_seconds,
-                        gate=measured, signer=signer)
+                        gate=measured, signer=signer,
+                        variant=variant.name if variant else None, variants_skipped=skipped)
 
 
 def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
@@ -222,7 +229,8 @@ def restore_release(conn: Transport, app: str, release: str | None, shims: str) 
 
 
 def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
-                   shims: str, allow_unsigned: bool = False) -> tuple[int, int]:
+                   shims: str, allow_unsigned: bool = False,
+                   module: str = MODULE) -> tuple[int, int]:
     """Put the release in place, verified (signature, names, sha256s: verify.sh; without the
     signature if `allow_unsigned`). An identical release already there (it verifies) moves no
     payload. A corrupted copy that `current` or the rollback target points at is repaired in
@@ -239,7 +247,7 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
     if exists and conn.run(verify(target), check=False).returncode == 0:
         return 0, 0
     with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
-        extras = release_extras(bundle, Path(tmp))
+        extras = release_extras(bundle, Path(tmp), module)
         local_files = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
         local_files += [(path, path.name) for path in extras]
         if exists and release in protected_releases(conn, app):
@@ -248,6 +256,8 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
         staging = layout.staging_dir(app, scratch_token())
         try:
             conn.mkdirs(f"{staging}/golden")
+            if bundle.manifest.variants:
+                conn.mkdirs(f"{staging}/{VARIANTS}")
             sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in local_files)
             conn.run(verify(staging), what="the uploaded release does not verify on the device")
             conn.mkdirs(f"{layout.app_dir(app)}/releases")
@@ -269,6 +279,8 @@ def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path,
     """Rewrite every file of a live release: each under a temporary name, then renamed over
     the old one; `verify` is verify.sh's command line for `target`. Returns the bytes sent."""
     conn.mkdirs(f"{target}/golden")
+    if any(rel.startswith(f"{VARIANTS}/") for _, rel in local_files):
+        conn.mkdirs(f"{target}/{VARIANTS}")
     sent = 0
     for local, rel in local_files:
         partial = f"{target}/{rel}.partial"
@@ -295,10 +307,12 @@ def _discard_unless_protected(conn: Transport, app: str, release: str) -> None:
             _remove_quietly(conn, layout.release_dir(app, release))
 
 
-def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
-    """run.env (what the run/bench shims execute), the manifest's signature (if any) and
-    SHA256SUMS over every release file."""
+def release_extras(bundle: Bundle, tmp: Path, module: str = MODULE) -> list[Path]:
+    """run.env (what the run/bench shims execute: `module`, the bundle's module this device
+    runs), the manifest's signature (if any) and SHA256SUMS over every release file."""
     m = bundle.manifest
+    if module != MODULE and module not in {v.file for v in m.variants}:
+        raise DeviceIncompatible(f"unexpected module {module!r}")
     sets = [m.golden_inputs, *(s.inputs for s in m.more_golden)]
     for rel in (r for inputs in sets for r in inputs):  # shell word lists: plain names only
         folder, _, name = rel.partition("/")
@@ -307,7 +321,8 @@ def release_extras(bundle: Bundle, tmp: Path) -> list[Path]:
         safe_name(name, "golden input")
     run_env = tmp / "run.env"
     # INPUTS: the golden sample (what bench runs); INPUTS_<k>: validation sample k (run.sh K)
-    run_env.write_text(f"DRIVER={safe_name(m.runtime_driver, 'driver')}\n"
+    run_env.write_text(f"MODULE={module}\n"
+                       f"DRIVER={safe_name(m.runtime_driver, 'driver')}\n"
                        f"FUNCTION={safe_name(m.entry_function, 'function')}\n"
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
                        + "".join(f"INPUTS_{k}='{' '.join(inputs)}'\n"

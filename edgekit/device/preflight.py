@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from edgekit.config.profiles import Target, available_targets, load_target
 from edgekit.device.probe import DeviceInfo
-from edgekit.models.bundle import Manifest
+from edgekit.models.bundle import Manifest, ModuleVariant
 
 MIN_GLIBC = (2, 28)  # the IREE runtime wheels the device tools come from are manylinux_2_28
 
@@ -32,6 +32,21 @@ def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[s
         found.append(f"only {info.free_kb // 1024} MiB free under .edgekit; the upload needs "
                      f"{payload_bytes * 1.2 / 2**20:.1f} MiB")
     return found
+
+
+def pick_variant(manifest: Manifest, info: DeviceInfo) -> tuple[ModuleVariant | None,
+                                                                 tuple[str, ...]]:
+    """The first of the bundle's CPU variants whose features the device reports having (None:
+    the baseline module.vmfb), and why each variant before it was passed over. A feature the
+    device does not report either way counts as missing: a wrong guess would crash there."""
+    skipped = []
+    for variant in manifest.variants:
+        wanted = [f.lstrip("+") for f in variant.features.split(",") if f.startswith("+")]
+        lacking = [f for f in wanted if info.has_cpu_feature(f) is not True]
+        if not lacking:
+            return variant, tuple(skipped)
+        skipped.append(f"{variant.name}: the device's CPU lacks {', '.join(lacking)}")
+    return None, tuple(skipped)
 
 
 def vulkan_problems(target: Target, info: DeviceInfo) -> list[str]:

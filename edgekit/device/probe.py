@@ -51,7 +51,8 @@ class DeviceInfo(Frozen):
                 return bool(value >> bit & 1)
         if not self.cpu_flags or not _flags_match_arch(self.cpu_flags, self.arch):
             return None
-        return CPUINFO_NAME.get(feature, feature) in self.cpu_flags
+        # LLVM spells x86 features with '-' where /proc/cpuinfo has '_' (amx-fp16, amx_fp16)
+        return CPUINFO_NAME.get(feature, feature.replace("-", "_")) in self.cpu_flags
 
 
 def _flags_match_arch(flags: tuple[str, ...], arch: str) -> bool:

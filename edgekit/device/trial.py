@@ -18,10 +18,11 @@ import numpy as np
 from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round
 from edgekit.device.deploy import release_id, upload_release, validate_on_device
+from edgekit.device.preflight import pick_variant
 from edgekit.device.probe import probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import list_releases
-from edgekit.models.bundle import Bundle
+from edgekit.models.bundle import MODULE, Bundle
 from edgekit.toolchain.iree import driver_for_threads
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
@@ -68,7 +69,9 @@ def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
             for bundle in bundles:
                 app, release = bundle.manifest.app, release_id(bundle)
                 say(f"validating {app} {release[:8]} on {address}")
-                upload_release(conn, bundle, app, release, shims)
+                variant, _ = pick_variant(bundle.manifest, info)
+                upload_release(conn, bundle, app, release, shims,
+                               module=variant.file if variant else MODULE)
                 if (app, release) not in before:
                     added.append((app, release))
                 kept: dict[tuple[int, int], np.ndarray] = {}

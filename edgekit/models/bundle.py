@@ -30,10 +30,12 @@ from edgekit.errors import BundleError
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.json.sig"     # ssh-keygen -Y sign over the manifest's bytes
 MODULE = "module.vmfb"
+VARIANTS = "variants"   # more CPU modules: variants/<name>.vmfb
 GOLDEN = "golden"
 SCHEMA_VERSION = 1
 # The only payload names a manifest may list (the device's verify.sh holds the same set).
-_PAYLOAD = re.compile(r"module\.vmfb|golden/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.npy")
+_PAYLOAD = re.compile(r"module\.vmfb|golden/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.npy|"
+                      r"variants/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.vmfb")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -124,6 +126,15 @@ class QuantizationNote(Frozen):
     golden: str = "outputs of the quantized PyTorch model (what the module must reproduce)"
 
 
+class ModuleVariant(Frozen):
+    """A further module of the same model for another CPU (the profile's `variants:`)."""
+
+    name: str
+    file: str                         # variants/<name>.vmfb, listed in `files`
+    cpu: str
+    features: str = ""
+
+
 class GoldenSet(Frozen):
     """One more validation sample: its input files and the outputs the module must give."""
 
@@ -157,6 +168,8 @@ class Manifest(Frozen):
     hooks: Hooks | None = None        # the recipe's, so a prebuilt bundle deploys like its recipe
     golden_reference: str = ""        # what computed the golden outputs (name and version)
     more_golden: tuple[GoldenSet, ...] = ()  # validation samples after the first
+    variants: tuple[ModuleVariant, ...] = ()  # more CPU modules, best first (module.vmfb:
+                                              # the baseline)
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
@@ -304,9 +317,9 @@ def _check_member(member: tarfile.TarInfo, top: str, archive: Path) -> None:
         raise BundleError(f"the archive holds {kind}: {member.name}{link}; a bundle holds plain "
                           "files only", where=str(archive))
     inner = "" if member.name == top else member.name[len(top) + 1:] if top else member.name
-    allowed = inner in ("", MANIFEST, SIGNATURE, GOLDEN) or \
+    allowed = inner in ("", MANIFEST, SIGNATURE, GOLDEN, VARIANTS) or \
         bool(_PAYLOAD.fullmatch(inner)) and ".." not in inner
-    if not allowed or member.isdir() != (inner in ("", GOLDEN)):
+    if not allowed or member.isdir() != (inner in ("", GOLDEN, VARIANTS)):
         raise BundleError(f"the archive holds {member.name!r}, not a file a bundle may hold",
                           where=str(archive), hint=f"a bundle holds {MANIFEST}, {SIGNATURE}, "
                                                    f"{MODULE} and {GOLDEN}/<name>.npy")

@@ -27,7 +27,7 @@ from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.load import LoadedModel
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
-                                    import_module, lower_and_compile)
+                                    compile_variants, import_module, lower_and_compile)
 from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline.publish import output_lock, publish, staging_dir
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
@@ -137,6 +137,8 @@ BACK: tuple[Stage[BackContext], ...] = (
                                                   ctx.reproducer_dir, ctx.first_lowering)),
     Stage("check quantization", CompiledModule, CompiledModule,
           lambda ctx, compiled: check_quantized(compiled, ctx.target)),
+    Stage("compile variants", CompiledModule, CompiledModule,
+          lambda ctx, compiled: compile_variants(compiled, ctx.target, ctx.workdir)),
     Stage("package", CompiledModule, Bundle,
           lambda ctx, compiled: package_bundle(
               compiled, ctx.identity(compiled.quantization), ctx.target, ctx.bundle_dir)),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.config.profiles import Target
+from edgekit.config.profiles import CpuSpec, CpuVariant, Target
 from edgekit.errors import LoweringError, QuantizationError
 from edgekit.models.bundle import (ContractionCensus, LoweringAttempt, LoweringRecord,
                                    QuantizationNote)
@@ -92,6 +92,7 @@ class CompiledModule:
     lowering: LoweringRecord
     source: Path | None = None                    # the lowered MLIR iree-compile read
     quantization: QuantizationNote | None = None  # with the lowering and contraction census
+    variants: tuple[tuple[CpuVariant, Path], ...] = ()   # the profile's further CPU modules
 
 
 # torch-mlir's tosa and linalg outputs dequantize int8 weights and compute in fp32 (facts.md);
@@ -169,6 +170,42 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
         return CompiledModule(imported.exported, output, flags, record, source=source,
                               quantization=quantization)
     raise _all_failed(attempts, reproducer_dir, int8=mode == "int8")
+
+
+def compile_variants(compiled: CompiledModule, target: Target, workdir: Path
+                     ) -> CompiledModule:
+    """The same lowered module compiled for each of the profile's CPU `variants` (flags as the
+    baseline's, the target CPU and features swapped)."""
+    if not target.variants:
+        return compiled
+    built = []
+    for variant in target.variants:
+        output = workdir / f"variant-{variant.name}.vmfb"
+        try:
+            iree.compile_module(compiled.source, output, variant_flags(compiled.flags,
+                                                                       variant.cpu))
+        except iree.CompileFailure as failure:
+            first = (failure.diagnostics.strip().splitlines() or ["no diagnostics"])[0][:200]
+            raise LoweringError(f"variant {variant.name} ({variant.cpu.cpu}) of "
+                                f"{target.name} does not compile: {first}",
+                                stage="compile variants", ops=failure.ops,
+                                hint="drop or change that variant in the profile's "
+                                     "`variants:`; the baseline compiled") from None
+        built.append((variant, output))
+    return dataclasses.replace(compiled, variants=tuple(built))
+
+
+def variant_flags(flags: tuple[str, ...], cpu: CpuSpec) -> tuple[str, ...]:
+    """`flags` with the target CPU (and triple, features) of `cpu` instead of the baseline's."""
+    kept = [f for f in flags if not f.startswith(("--iree-llvmcpu-target-cpu=",
+                                                  "--iree-llvmcpu-target-cpu-features=",
+                                                  "--iree-llvmcpu-target-triple="))]
+    at = next((i for i, f in enumerate(kept) if f.startswith("--iree-hal-target-backends=")),
+              len(kept) - 1) + 1
+    own = [*([f"--iree-llvmcpu-target-triple={cpu.triple}"] if cpu.triple else []),
+           f"--iree-llvmcpu-target-cpu={cpu.cpu}",
+           *([f"--iree-llvmcpu-target-cpu-features={cpu.features}"] if cpu.features else [])]
+    return (*kept[:at], *own, *kept[at:])
 
 
 def check_quantized(compiled: CompiledModule, target: Target) -> CompiledModule:

@@ -12,8 +12,8 @@ import numpy as np
 
 from edgekit.config.recipe import Hooks, Recipe, Validation
 from edgekit.config.profiles import Target
-from edgekit.models.bundle import (MODULE, Bundle, GoldenSet, Manifest, QuantizationNote,
-                                   sha256_file, write_manifest)
+from edgekit.models.bundle import (MODULE, VARIANTS, Bundle, GoldenSet, Manifest,
+                                   ModuleVariant, QuantizationNote, sha256_file, write_manifest)
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
@@ -74,7 +74,16 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         written += zip((*names.inputs, *names.outputs), (*s, *g))
     for rel, array in written:
         np.save(directory / rel, _storable(array), allow_pickle=False)
-    files = {rel: sha256_file(directory / rel) for rel in [MODULE, *(r for r, _ in written)]}
+    variants = []
+    if compiled.variants:
+        (directory / VARIANTS).mkdir(exist_ok=True)
+    for variant, vmfb in compiled.variants:
+        rel = f"{VARIANTS}/{variant.name}.vmfb"
+        shutil.copyfile(vmfb, directory / rel)
+        variants.append(ModuleVariant(name=variant.name, file=rel, cpu=variant.cpu.cpu,
+                                      features=variant.cpu.features))
+    files = {rel: sha256_file(directory / rel)
+             for rel in [MODULE, *(v.file for v in variants), *(r for r, _ in written)]}
     manifest = Manifest(
         app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -100,6 +109,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         toolchain=toolchain_versions(),
         golden_reference=exported.reference,
         more_golden=tuple(more),
+        variants=tuple(variants),
         model_notes=exported.notes,
         files=files,
     )
