@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from edgekit.bisect import taps as T
 from edgekit.bisect.profile import Level, TapResult, profile
-from edgekit.bisect.variant import (Built, build_variant, copy_bundle, exported_module,
-                                    run_here, run_on_device)
+from edgekit.bisect.variant import (Built, build_variant, copy_bundle, run_here, run_on_device)
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import ConfigError
@@ -78,17 +76,16 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
     recipe = load_recipe(options.recipe)
     if options.trust_pickle:
         recipe = recipe.trusting_pickle()
-    frontend = frontend_for(recipe.model)
-    if frontend.kind != "pytorch":
-        raise ConfigError(f"bisect takes PyTorch models; this recipe's model is "
-                          f"{frontend.kind}", where=str(recipe.path), key="model",
-                          hint="bisect the PyTorch model the .onnx was exported from")
     target = load_target(options.target)
     say("exporting")
+    frontend = frontend_for(recipe.model)
     loaded = frontend.load(recipe)
-    exported = frontend.export(recipe, loaded)
-    gm = T.graph_of(exported.program)
-    samples, names = loaded.samples, loaded.input_names
+    if frontend.kind == "onnx":
+        from edgekit.bisect.onnx_taps import OnnxGraph
+        graph = OnnxGraph(recipe, loaded)
+    else:
+        graph = T.TorchGraph(frontend.export(recipe, loaded).program, loaded.samples,
+                             loaded.input_names)
     mode = recipe.quantize.mode if recipe.quantize else None
     tolerances = with_build_defaults(recipe.validation, mode)
     where = "this machine" if options.local else options.host
@@ -97,8 +94,7 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
 
     def run(level: str, taps: list[T.Tap]) -> Level:
         nonlocal where, mark
-        built = build_variant(recipe, target, exported_module(T.with_taps(gm, taps), samples,
-                                                              names), level, say)
+        built = build_variant(recipe, target, graph.exported(taps), level, say)
         now = time.perf_counter()
         seconds[f"{level}: build"] = round(now - mark, 2)
         say(f"{level}: running {len(taps)} taps on {where}")
@@ -108,14 +104,14 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
         return profile(level, taps, actual, built.reference, tolerances,
                        built.fp32 if built.quantization else None)
 
-    boundary = T.boundary_taps(gm)
+    boundary = graph.boundary_taps()
     levels = [run("module boundaries", boundary)]
     notes: list[str] = []
     first = levels[0].first_failing
     found: TapResult | None = levels[0].rows[first] if first is not None else None
     if found is not None:
         after = boundary[first - 1].node if first > 0 else None
-        ops = T.op_taps(gm, after, boundary[first].node)
+        ops = graph.op_taps(after, boundary[first].node)
         if len(ops) > 1:
             label = f"ops of {found.tap.module or '(model)'}"
             finer = run(label, ops)
@@ -127,7 +123,7 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
                              "the error needs them compiled together (fused)")
     reproducer = None
     if found is not None and recipe.quantize is None:
-        reproducer = _reproducer(recipe, target, gm, samples, found, options, tolerances, say)
+        reproducer = _reproducer(recipe, target, graph, found, options, tolerances, say)
         seconds["reproducer"] = round(time.perf_counter() - mark, 2)
     elif found is not None:
         notes.append(f"no reproducer for a {mode} build: the op alone is not quantized the "
@@ -147,16 +143,11 @@ def _run(built: Built, options: BisectOptions, say: Callable[[str], None]
             outputs[0])
 
 
-def _reproducer(recipe, target, gm: torch.fx.GraphModule, samples, found: TapResult,
-                options: BisectOptions, tolerances, say: Callable[[str], None]) -> Reproducer:
+def _reproducer(recipe, target, graph, found: TapResult, options: BisectOptions, tolerances,
+                say: Callable[[str], None]) -> Reproducer:
     """The failing op alone, fed the values its operands have in the model on the golden
     sample, built for the same target; run where the model ran, kept with a reproduce.sh."""
-    node = next(n for n in gm.graph.nodes if n.name == found.tap.node)
-    one = T.OneOp(gm, node)
-    values = T.node_values(gm, tuple(torch.from_numpy(np.array(s)) for s in samples))
-    inputs = tuple(values[name].contiguous().numpy() for name in one.inputs)
-    names = tuple(f"in_{i}" for i in range(len(inputs)))
-    built = build_variant(recipe, target, exported_module(one, inputs, names),
+    built = build_variant(recipe, target, graph.reproducer(found.tap),
                           f"reproducer {found.tap.op}", say)
     where, actual = _run(built, options, say)
     check = profile("reproducer", [found.tap], actual[:1], built.reference, tolerances).rows[0]

@@ -175,3 +175,34 @@ def _attr(gm: torch.nn.Module, dotted: str) -> torch.Tensor:
     for part in dotted.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+class TorchGraph:
+    """The tap points of an exported PyTorch model and the variants that return them (the
+    same interface as onnx_taps.OnnxGraph)."""
+
+    def __init__(self, program: torch.export.ExportedProgram, samples, names):
+        self.gm = graph_of(program)
+        self.samples, self.names = tuple(samples), tuple(names)
+
+    def boundary_taps(self) -> list[Tap]:
+        return boundary_taps(self.gm)
+
+    def op_taps(self, after: str | None, upto: str) -> list[Tap]:
+        return op_taps(self.gm, after, upto)
+
+    def exported(self, taps: list[Tap]):
+        from edgekit.bisect.variant import exported_module
+        return exported_module(with_taps(self.gm, taps), self.samples, self.names)
+
+    def reproducer(self, tap: Tap):
+        """The op alone, fed the values its operands have inside the model (eager)."""
+        import numpy as np
+
+        from edgekit.bisect.variant import exported_module
+        node = next(n for n in self.gm.graph.nodes if n.name == tap.node)
+        one = OneOp(self.gm, node)
+        values = node_values(self.gm, tuple(torch.from_numpy(np.array(s))
+                                            for s in self.samples))
+        inputs = tuple(values[name].contiguous().numpy() for name in one.inputs)
+        return exported_module(one, inputs, tuple(f"in_{i}" for i in range(len(inputs))))

@@ -64,7 +64,7 @@ def build_variant(recipe: Recipe, target: Target, exported: ExportedModel, label
         # is what the profile shows, not a reason to stop
         floorless = recipe.model_copy(update={"quantize": recipe.quantize.model_copy(
             update={"min_cosine": None})})
-        exported = _TORCH.quantize(floorless, exported)
+        exported = exported.frontend.quantize(floorless, exported)
     mode = exported.quantization.mode if exported.quantization else None
     key = build_key({"kind": "edgekit bisect", "what": label, **recipe_origin(recipe)},
                     target, exported)

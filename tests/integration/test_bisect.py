@@ -97,3 +97,26 @@ def test_taps_sit_at_module_boundaries_and_then_at_every_op_of_one_module():
                                values[taps[1].node].numpy(), rtol=1e-6)
 
 
+
+
+def test_bisect_of_an_onnx_model_compares_with_onnxruntime_and_names_the_reducemean(tmp_path):
+    import warnings
+
+    import torch
+
+    from tests.fixtures.tiny_models import conv_mean
+    model, example = conv_mean()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(model, example, str(tmp_path / "cm.onnx"), dynamo=False,
+                          input_names=["x"])
+    (tmp_path / "recipe.yaml").write_text("name: cm-onnx\nmodel:\n  onnx: cm.onnx\n")
+    (tmp_path / "mali-unchecked.yaml").write_text(
+        "extends: vulkan-generic\nvulkan:\n  target: valhall\n")
+    result = bisect(BisectOptions(recipe=tmp_path / "recipe.yaml",
+                                  target=str(tmp_path / "mali-unchecked.yaml"), local=True,
+                                  out=tmp_path / "repro"))
+    (level,) = result.levels          # one node per boundary: no finer level needed
+    assert [(r.tap.op, r.check.ok) for r in level.rows] == [
+        ("onnx.Conv", True), ("onnx.Relu", True), ("onnx.ReduceMean", False)]
+    assert result.first.tap.op == "onnx.ReduceMean" and result.reproducer.reproduced
