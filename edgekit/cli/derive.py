@@ -21,13 +21,14 @@ from edgekit.cli.main import HOST_HELP, IDENTITY, handle_errors, targets
 def targets_derive(host: str, out: Path, identity: Path | None) -> None:
     """Probe HOST (""" + HOST_HELP + """) and write a profile for it: the CPU and its
     features, cores, the Vulkan device's IREE target; each value commented with its source."""
-    from edgekit.device.derive import derive
+    from edgekit.device.derive import BOARD_FACTS, BoardFacts, derive
     from edgekit.device.probe import probe
     from edgekit.transport import open_device
     with open_device(host, identity) as conn:
         address = conn.where
         info = probe(conn)
-    derived = derive(info, out.stem, address)
+        facts = BoardFacts.parse(conn.run(["sh", "-c", BOARD_FACTS], check=False).text)
+    derived = derive(info, out.stem, address, facts)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(derived.cpu_profile)
     render.out.print(f"wrote {escape(str(out))}", highlight=False)

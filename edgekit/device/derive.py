@@ -32,13 +32,39 @@ VULKAN_TARGETS = (("mali-g", "valhall", "Mali"), ("adreno", "adreno", "Adreno"),
 VULKAN_BASELINE = "vp_android_baseline_2022"
 
 
+# What the probe does not read: every core's CPU part (big.LITTLE) and the device tree's
+# board name. Plain POSIX tools; empty output where the files are absent (x86, qemu-user).
+BOARD_FACTS = ("awk -F': *' '/^processor/ {p=$2} /^CPU part/ {print \"part\", p, $2}' "
+               "/proc/cpuinfo 2>/dev/null; "
+               "[ -r /proc/device-tree/compatible ] && printf 'compatible %s\\n' "
+               "\"$(tr '\\0' ' ' < /proc/device-tree/compatible)\"; true")
+
+
+@dataclass(frozen=True)
+class BoardFacts:
+    core_parts: dict[int, str]       # core index → CPU part (from /proc/cpuinfo, per core)
+    compatible: str = ""             # the device tree's compatible strings
+
+    @classmethod
+    def parse(cls, text: str) -> "BoardFacts":
+        parts, compatible = {}, ""
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[0] == "part" and fields[1].isdigit():
+                parts[int(fields[1])] = fields[2].lower()
+            elif fields[:1] == ["compatible"]:
+                compatible = " ".join(fields[1:])
+        return cls(parts, compatible)
+
+
 @dataclass(frozen=True)
 class Derived:
     cpu_profile: str              # YAML text, commented
     gpu_profile: str | None       # YAML text for the Vulkan device, if the device has one
 
 
-def derive(info: DeviceInfo, name: str, address: str) -> Derived:
+def derive(info: DeviceInfo, name: str, address: str,
+           facts: BoardFacts = BoardFacts({})) -> Derived:
     if info.arch != "aarch64":
         raise DeviceIncompatible(
             f"targets derive writes aarch64 board profiles; {address} is {info.arch}",
@@ -48,8 +74,17 @@ def derive(info: DeviceInfo, name: str, address: str) -> Derived:
              "extends: aarch64-generic   # the family of every 64-bit Arm Linux board",
              "cpu:"]
     part = info.cpu_part.lower()
+    clusters = _clusters(facts.core_parts)
+    if len(clusters) > 1:   # big.LITTLE: code for the big cores (the LITTLE ones run it too)
+        part = clusters[0][0]
+        lines.insert(1, "# big.LITTLE: " + "; ".join(
+            f"cores {_span(cores)} {ARM_PARTS.get(p, p)} ({p})" for p, cores in clusters)
+            + f". Pin to the big cores: taskset -c {_span(clusters[0][1])}")
+    if facts.compatible:
+        lines.insert(1, f"# device tree compatible: {facts.compatible}")
     if part in ARM_PARTS:
-        lines.append(f"  cpu: {ARM_PARTS[part]}   # /proc/cpuinfo: CPU part {part} (Arm)")
+        lines.append(f"  cpu: {ARM_PARTS[part]}   # /proc/cpuinfo: CPU part {part} (Arm)"
+                     + (" of the big cores" if len(clusters) > 1 else ""))
     elif part:
         lines.append(f"  cpu: generic   # /proc/cpuinfo: CPU part {part} is not in edgekit's "
                      "table: features below")
@@ -65,9 +100,11 @@ def derive(info: DeviceInfo, name: str, address: str) -> Derived:
     else:
         lines.append("  features: \"+neon\"   # the device did not show its AT_HWCAP: the "
                      "family's baseline")
-    threads = sorted({1, info.cores} - {0})
+    big = len(clusters[0][1]) if len(clusters) > 1 else 0
+    threads = sorted({1, big or info.cores} - {0})
     lines += ["tune:",
-              f"  threads: {threads}   # probe: {info.cores} cores (nproc)",
+              f"  threads: {threads}   # probe: {info.cores} cores (nproc)"
+              + (f", {big} of them big" if big else ""),
               f"# memory: {info.mem_kb // 1024} MiB (MemTotal); free disk under ~/.edgekit: "
               f"{info.free_kb // 1024} MiB"]
     if info.npu_nodes:
@@ -109,3 +146,21 @@ def _describe(info: DeviceInfo, name: str) -> str:
 
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _clusters(core_parts: dict[int, str]) -> list[tuple[str, list[int]]]:
+    """(part, cores) per kind of core, the biggest first (the later in Arm's table, the
+    bigger: a76 after a55; unknown parts last)."""
+    by_part: dict[str, list[int]] = {}
+    for core, part in sorted(core_parts.items()):
+        by_part.setdefault(part, []).append(core)
+    order = list(ARM_PARTS)
+    rank = {p: order.index(p) if p in order else -1 for p in by_part}
+    bigness = {"0xd03": 0, "0xd04": 0, "0xd05": 1, "0xd46": 1}   # LITTLE cores
+    return sorted(by_part.items(), key=lambda kv: (bigness.get(kv[0], 2), rank[kv[0]]),
+                  reverse=True)
+
+
+def _span(cores: list[int]) -> str:
+    return f"{cores[0]}-{cores[-1]}" if cores == list(range(cores[0], cores[-1] + 1)) \
+        and len(cores) > 1 else ",".join(map(str, cores))

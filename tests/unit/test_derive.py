@@ -34,3 +34,17 @@ def test_under_qemu_the_cpu_comes_from_hwcap_not_the_hosts_cpuinfo():
 
 def test_an_unknown_gpu_gets_the_vulkan_baseline():
     assert vulkan_target("llvmpipe (LLVM 15.0.6, 256 bits)") == ("vp_android_baseline_2022", "")
+
+
+def test_a_big_little_board_targets_its_big_cores_and_says_which_to_pin():
+    from edgekit.device.derive import BoardFacts
+    facts = BoardFacts.parse("part 0 0xd05\npart 1 0xd05\npart 2 0xd05\npart 3 0xd05\n"
+                             "part 4 0xd0b\npart 5 0xd0b\npart 6 0xd0b\npart 7 0xd0b\n"
+                             "compatible radxa,rock-5b rockchip,rk3588 \n")
+    rk3588 = DeviceInfo(arch="aarch64", cores=8, cpu_part="0xd05",
+                        hwcap=(1 << 1) | (1 << 10) | (1 << 20), hwcap2=0)
+    text = derive(rk3588, "rock5b", "rock@10.0.0.7", facts).cpu_profile
+    assert "cores 4-7 cortex-a76 (0xd0b); cores 0-3 cortex-a55 (0xd05)" in text
+    assert "taskset -c 4-7" in text and "rockchip,rk3588" in text
+    data = yaml.safe_load(text)
+    assert data["cpu"]["cpu"] == "cortex-a76" and data["tune"]["threads"] == [1, 4]
