@@ -22,6 +22,7 @@ from edgekit.device.preflight import pick_variant
 from edgekit.device.probe import probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import list_releases
+from edgekit.device.trust import install_signers
 from edgekit.models.bundle import MODULE, Bundle
 from edgekit.toolchain.iree import driver_for_threads
 from edgekit.transport import open_device
@@ -60,6 +61,7 @@ def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
             say(f"provisioning {address}")
             provision(conn, info, first.compiler_version)
         shims = layout.shims_dir(shim_version())
+        install_signers(conn)   # verify.sh checks each upload's signature against them
         runtime = layout.runtime_dir(first.compiler_version, info.arch)
         before = {(b.manifest.app, r) for b in bundles
                   for r, _ in list_releases(conn, b.manifest.app)}
