@@ -31,14 +31,19 @@ class Level:
     def first_failing(self) -> int | None:
         return next((i for i, r in enumerate(self.rows) if not r.check.ok), None)
 
+    @property
+    def outputs_fail(self) -> bool:
+        """Whether one of the model's own outputs leaves tolerance (what validation sees)."""
+        return any(not r.check.ok for r in self.rows if r.tap.output)
+
 
 def profile(name: str, taps: list[Tap], actual: list[np.ndarray],
             reference: tuple[np.ndarray, ...], tolerances: Validation,
-            fp32: tuple[np.ndarray, ...] | None = None) -> Level:
+            fp32: tuple[np.ndarray, ...] | None = None, folded_norms: bool = False) -> Level:
     """One row per tap, in execution order. An intermediate tensor is held to the tolerance of
     the model's outputs (atol, rtol, cosine); arg-max agreement is for the model's outputs."""
     rows = []
-    folded = _folded(taps) if fp32 is not None else set()
+    folded = _folded(taps) if fp32 is not None and folded_norms else set()
     for i, (tap, got, want) in enumerate(zip(taps, actual, reference)):
         lim = output_limits(tolerances, f"output_{i}", dtype_name(want))
         if not tap.output:

@@ -63,7 +63,9 @@ def _where(row) -> str:
 def _summary(result) -> list[str]:
     lines = []
     if result.first is None:
-        lines.append(f"no divergence: every tap agrees with the reference on {result.where}")
+        every = all(r.check.ok for level in result.levels for r in level.rows)
+        lines.append(f"no divergence: {'every tap agrees' if every else 'the outputs agree'} "
+                     f"with the reference on {result.where}")
     else:
         c = result.first.check
         cos = f"{c.cosine:.6f}" if c.cosine is not None else "undefined"
