@@ -120,3 +120,15 @@ def test_bisect_of_an_onnx_model_compares_with_onnxruntime_and_names_the_reducem
     assert [(r.tap.op, r.check.ok) for r in level.rows] == [
         ("onnx.Conv", True), ("onnx.Relu", True), ("onnx.ReduceMean", False)]
     assert result.first.tap.op == "onnx.ReduceMean" and result.reproducer.reproduced
+
+
+def test_an_fp16_build_whose_outputs_validate_has_no_divergence_but_a_rounding_profile(
+        write_recipe):
+    recipe = write_recipe('name: cnn16\nmodel: {python: "edgekit.examples.models:small_cnn"}\n'
+                          'quantize: {mode: fp16}\n')
+    result = bisect(BisectOptions(recipe=recipe, target="host", local=True))
+    assert result.quantization == "fp16" and not result.diverges
+    (level,) = result.levels
+    # no batch norm is folded in an fp16 build: every tap has its float twin
+    assert all(r.fp32 is not None for r in level.rows)
+    assert level.rows[-1].check.ok and level.rows[-1].tap.output
