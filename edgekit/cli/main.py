@@ -178,8 +178,9 @@ def demo(recipe: Path | None, arch: str, target: str | None) -> None:
 
 @cli.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--local", is_flag=True, required=True,
-              help="run on this machine (device validation comes with `edgekit deploy`)")
+@click.option("--local", is_flag=True,
+              help="run on this machine: the only mode, accepted for old scripts (device "
+                   "validation comes with `edgekit deploy`)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def validate(bundle: Path, local: bool, as_json: bool) -> None:
