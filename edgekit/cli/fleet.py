@@ -182,8 +182,10 @@ def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str |
     """Write an Ansible playbook + inventory doing the same staged rollout."""
     from edgekit.api.fleet import export_ansible
     written = export_ansible(fleet_file, recipe, out, limit=limit)
-    render.out.print(f"wrote {written.playbook} and {written.inventory}\n"
-                     f"run: ansible-playbook -i {written.inventory} {written.playbook}")
+    render.out.print(f"wrote {written.playbook}, {written.inventory} and {written.config}\n"
+                     f"run: {written.command()}\n"
+                     "(the devices need python3: Ansible's modules run on them)",
+                     markup=False, highlight=False, soft_wrap=True)
 
 
 @fleet.command("check-outputs")
