@@ -104,6 +104,9 @@ TRUST_PICKLE = click.option("--trust-pickle", is_flag=True,
 IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
                         help="private key [default: the registered device's, else ~/.ssh/id_*]")
 HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"
+WIDE = click.option("--wide", is_flag=True, expose_value=False, is_eager=True,
+                    callback=lambda ctx, param, value: render.set_wide(value),
+                    help="tables at their natural width, nothing wrapped or abbreviated")
 ALLOW_UNSIGNED = click.option(
     "--allow-unsigned", is_flag=True,
     help="deploy even if the bundle is unsigned or its signer is not in allowed_signers "
@@ -597,23 +600,42 @@ def _write_html(path: Path, results, comparisons) -> None:
 
 @bench.command("compare")
 @click.argument("ids", nargs=-1)
+@click.option("--force", is_flag=True, help="compare two results although they measure "
+              "different devices, apps, targets, thread counts or drivers")
+@WIDE
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def bench_compare(ids: tuple[str, ...], as_json: bool) -> None:
+def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
     """Two result ids (base, new), or none: each series' newest result against its previous
-    release. A regression is flagged only beyond the measured noise."""
-    from edgekit.device.history import compare, compare_latest, get
+    release. A regression is flagged only beyond the measured noise (exit 9). Nothing to
+    compare is said on stderr and exits 0: a first release has no baseline, which is no
+    failure of a pipeline that gates on regressions."""
+    from edgekit.device.history import compare, compare_latest, differences, get
     from edgekit.errors import ConfigError
     if len(ids) == 2:
-        comparisons = [compare(get(ids[0]), get(ids[1]))]
+        base, new = get(ids[0]), get(ids[1])
+        differ = differences(base, new)
+        if differ and not force:
+            raise ConfigError(f"results {base.id} and {new.id} measure different things "
+                              f"({'; '.join(differ)})", key="ids",
+                              hint="compare results of one device, app, target and thread "
+                                   "count, or pass --force")
+        comparisons = [compare(base, new)]
+        title = (f"{base.id} vs {new.id}" + (f" (forced: {'; '.join(differ)})" if differ
+                                               else ""))
     elif not ids:
         comparisons = compare_latest()
+        title = "newest result of each series against its previous release"
     else:
         raise ConfigError("give two result ids (base new) or none", key="ids")
     if as_json:
         render.emit_json([c.model_dump(mode="json") for c in comparisons])
+    elif not comparisons:
+        render.err.print("nothing to compare: no device, app and thread count has results of "
+                         "two releases (`edgekit bench history` lists the results)",
+                         highlight=False)
     else:
-        render.comparison_table(comparisons)
+        render.comparison_table(comparisons, title=title)
     regressions = [c for c in comparisons if c.regression]
     if regressions:
         raise BenchRegression(f"{len(regressions)} of {len(comparisons)} comparison(s) slower "

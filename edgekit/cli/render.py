@@ -6,6 +6,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -17,6 +18,28 @@ if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
 
 out = Console()
 err = Console(stderr=True)
+wide = False     # --wide: tables at their natural width, nothing wrapped or abbreviated
+
+
+def set_wide(value: bool) -> None:
+    """`--wide`: the tables are printed unabbreviated, as wide as their content."""
+    global out, wide
+    if value:
+        wide = True
+        out = Console(width=max(400, out.width))
+
+
+def fitted_table(title: str, columns: list[tuple[str, str]], **kwargs) -> Table:
+    """A table that fits the terminal deliberately. Each column is (header, kind): "num" never
+    wraps (a cut number reads as another number), "text" folds onto more lines, "short" (names,
+    ids) wraps at its own spaces and folds long words. With --wide nothing wraps."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0),
+                  **kwargs)
+    for header, kind in columns:
+        table.add_column(header, justify="right" if kind == "num" else "left",
+                         no_wrap=kind == "num" or wide,
+                         overflow="fold" if kind != "num" else "ellipsis")
+    return table
 
 
 def emit_json(data) -> None:
@@ -230,18 +253,20 @@ def bench_table(results, with_ids: bool = False) -> None:
                       + "; ".join(r.unreliable_reasons))
 
 
-def comparison_table(comparisons) -> None:
+def comparison_table(comparisons, title: str = "against the previous release") -> None:
     if not comparisons:
         return
-    table = Table(title="against the previous release")
-    for col in ("device", "app", "threads", "release", "p50 ms", "change", "noise", "verdict"):
-        table.add_column(col)
+    sep = " → " if wide else "\n→ "   # base over new: two short lines instead of one long
+    table = fitted_table(title, [("device", "short"), ("app", "short"), ("thr", "num"),
+                                 ("release", "short"), ("p50 ms", "num"), ("change", "num"),
+                                 ("noise", "num"), ("verdict", "short")])
+    cut = (lambda r: r) if wide else (lambda r: r[:8])
     for c in comparisons:
         verdict = ("[red]REGRESSION[/]" if c.regression else
                    "[green]improvement[/]" if c.improvement else "within noise")
-        table.add_row(c.device, c.app, str(c.config.get("threads")),
-                      f"{c.base_release[:8]} → {c.new_release[:8]}",
-                      f"{c.base_p50_ms:.3f} → {c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
+        table.add_row(escape(c.device), escape(c.app), str(c.config.get("threads")),
+                      f"{cut(c.base_release)}{sep}{cut(c.new_release)}",
+                      f"{c.base_p50_ms:.3f}{sep}{c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
                       f"±{c.noise_pct:.1f}%", verdict)
     out.print(table)
 

@@ -1,0 +1,85 @@
+"""What the CLI says matches what it decided, and its tables fit an 80-column terminal
+(issue 20): refusing to compare unlike benchmark results, saying when there is nothing to
+compare, and every gate showing the figure it decided on."""
+
+import io
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from edgekit.cli import render
+from edgekit.cli.main import cli
+from edgekit.device.bench import latency_stats
+from edgekit.device.history import compare, store
+from edgekit.models.bench import BenchResult, Conditions
+
+CALM = Conditions(cores=4, cpu_busy_pct=2.0)
+
+
+def result(id, device="lab-x86_64-1", target="host", release="r1", ms=1.0, created="01"):
+    samples = [ms * (1 + 0.001 * (i % 5)) for i in range(20)]
+    return BenchResult(id=id, created_at=f"2026-01-01T00:00:{created}", device=device,
+                       device_arch="x86_64", app="kws-mlp", release=release, target=target,
+                       config={"threads": 1, "driver": "local-sync"},
+                       latency=latency_stats(samples, [ms] * 4), peak_rss_kb=1, before=CALM,
+                       after=CALM, reliable=True)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    """render.out as an 80-column terminal; returns what was printed."""
+    buffer = io.StringIO()
+    monkeypatch.setattr(render, "out", Console(file=buffer, width=80, color_system=None))
+    monkeypatch.setattr(render, "wide", False)
+    return buffer
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def fits(text: str, width: int = 80) -> bool:
+    return all(len(line) <= width for line in text.splitlines())
+
+
+def test_results_of_different_devices_or_targets_are_not_compared_without_force(home, narrow):
+    store(result("a", device="lab-x86_64-1", target="host", ms=0.001))
+    store(result("b", device="lab-aarch64-1", target="rpi4", release="r2", ms=1.0,
+                 created="02"))
+    refused = invoke("bench", "compare", "a", "b")
+    assert refused.exit_code == 2
+    assert refused.output.count("\n") == 2    # the error and its hint
+    assert "device lab-x86_64-1 vs lab-aarch64-1" in refused.output
+    assert "target host vs rpi4" in refused.output and "--force" in refused.output
+    assert narrow.getvalue() == ""
+
+    forced = invoke("bench", "compare", "a", "b", "--force")
+    table = narrow.getvalue()
+    assert forced.exit_code == 9               # still slower beyond the noise: said and coded
+    assert "previous release" not in table and "a vs b (forced: device" in table
+    assert "+99900.0%" in table and fits(table)
+
+
+def test_nothing_to_compare_is_said_and_is_no_failure(home, narrow):
+    store(result("only"))
+    said = invoke("bench", "compare")
+    assert said.exit_code == 0 and "nothing to compare" in said.output
+    assert invoke("bench", "compare", "--json").output.strip() == "[]"
+
+
+def test_the_comparison_table_fits_80_columns_with_every_figure_whole(narrow):
+    base = result("a", release="3f9a0c1d2e4b5a69", ms=0.0921)
+    new = result("b", release="8c1d2e4b5a693f9a", ms=91.4, created="02")
+    render.comparison_table([compare(base, new)], title="a vs b")
+    table = narrow.getvalue()
+    assert fits(table), table
+    for figure in ("0.092", "91.583", "lab-x86_64-1", "REGRESSION", "kws-mlp"):
+        assert figure in table, table
+    assert "…" not in table
