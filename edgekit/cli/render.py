@@ -303,18 +303,35 @@ FLEET_COLOURS = {"updated": "green", "unchanged": "green", "failed": "red",
 
 
 def fleet_result(result) -> None:
-    table = Table(title=f"rollout {result.id}: {result.app} — {result.status} "
-                        f"in {result.seconds:.1f} s")
-    for col in ("wave", "device", "target", "result", "p90 before", "p90 after", "seconds",
-                "reason"):
-        table.add_column(col, justify="right" if col.startswith(("p90", "sec", "wave"))
-                         else "left")
+    """The rollout, one row per device. The latency gate column is the figure the gate decided
+    on: the median per-round p90 ratio (new / replaced release), its range over the rounds and
+    the limit. At terminal width the reasons follow the table, one line per device, instead of
+    wrapping a narrow column onto many lines (--wide: a column, with the p90s)."""
+    title = (f"rollout {result.id}: {result.app} — {result.status} in {result.seconds:.1f} s")
+    columns = [("wave", "num"), ("device", "short"), ("target", "short"), ("result", "short"),
+               ("latency gate", "num"), ("s", "num")]
+    if wide:
+        columns[-1:-1] = [("p90 before", "num"), ("p90 after", "num")]
+        columns.append(("reason", "text"))
+    table = fitted_table(title, columns)
     for d in result.devices:
         colour = FLEET_COLOURS.get(d.status, "white")
-        table.add_row(str(d.wave), d.device, d.target, f"[{colour}]{d.status}[/]",
-                      _ms(d.p90_before_ms), _ms(d.p90_after_ms), f"{d.seconds:.1f}",
-                      escape(d.reason))
+        row = [str(d.wave), escape(d.device), escape(d.target), f"[{colour}]{d.status}[/]",
+               gate_figure(d)]
+        if wide:
+            row += [_ms(d.p90_before_ms), _ms(d.p90_after_ms)]
+        row.append(f"{d.seconds:.1f}")
+        if wide:
+            row.append(escape(d.reason))
+        table.add_row(*row)
     out.print(table)
+    if any(d.p90_ratio is not None for d in result.devices):
+        out.print("  latency gate: the median over the rounds of new p90 / replaced release's "
+                  "p90, \\[its range], against the limit", highlight=False)
+    if not wide:
+        for d in result.devices:
+            if d.reason:
+                out.print(f"  {escape(d.device)}: {escape(d.reason)}", highlight=False)
     for w in result.waves:
         state = "[red]halted[/]" if w.halted else "[green]passed[/]" if w.complete \
             else "[yellow]incomplete[/]"
@@ -323,6 +340,17 @@ def fleet_result(result) -> None:
                   f" — {state} in {w.seconds:.1f} s")
     if result.halt_reason:
         out.print(f"[red]halt[/]: {escape(result.halt_reason)}; rollback: {result.rolled_back}")
+
+
+def gate_figure(d) -> str:
+    """×ratio [low–high] ≤/> ×limit, or "-" when no gate ran."""
+    if d.p90_ratio is None:
+        return "-"
+    spread = (f" [{d.p90_ratio_range[0]:.2f}–{d.p90_ratio_range[1]:.2f}]"
+              if d.p90_ratio_range else "")
+    verdict = (">" if d.p90_ratio_limit and d.p90_ratio > d.p90_ratio_limit else "≤")
+    limit = f" {verdict} ×{d.p90_ratio_limit:g}" if d.p90_ratio_limit else ""
+    return escape(f"×{d.p90_ratio:.2f}{spread}{limit}")
 
 
 def _ms(value) -> str:

@@ -222,7 +222,10 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
                              failure=failure, previous=previous,
                              seconds=round(time.perf_counter() - started, 2),
                              p90_before_ms=measured.get("p90_before_ms"),
-                             p90_after_ms=measured.get("p90_after_ms")))
+                             p90_after_ms=measured.get("p90_after_ms"),
+                             p90_ratio=measured.get("ratio"),
+                             p90_ratio_range=measured.get("ratio_range"),
+                             p90_ratio_limit=plan.policy.max_p90_ratio if measured else None))
 
 
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
@@ -284,6 +287,7 @@ def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
     return {"p90_before_ms": round(float(np.percentile(sum(before, []), 90)), 4),
             "p90_after_ms": round(float(np.percentile(sum(after, []), 90)), 4),
             "ratio": round(median, 3), "rounds_over": over,
+            "ratio_range": (round(min(ratios), 3), round(max(ratios), 3)),
             "regressed": median > max_ratio and over >= needed}
 
 

@@ -104,6 +104,9 @@ def test_the_latency_gate_benchmarks_both_releases_on_the_device(tmp_path, v1, v
     device = result.devices[0]
     assert device.status == "updated", device.reason
     assert device.p90_before_ms > 0 and device.p90_after_ms > 0
+    # the figure the gate decided on, its spread over the rounds and its limit are kept
+    low, high = device.p90_ratio_range
+    assert low <= device.p90_ratio <= high and device.p90_ratio_limit == 20
 
 
 def test_a_killed_rollout_resumes_without_redoing_finished_devices(tmp_path, v1):

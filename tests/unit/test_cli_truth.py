@@ -83,3 +83,37 @@ def test_the_comparison_table_fits_80_columns_with_every_figure_whole(narrow):
     for figure in ("0.092", "91.583", "lab-x86_64-1", "REGRESSION", "kws-mlp"):
         assert figure in table, table
     assert "…" not in table
+
+
+def outcome(device, status, reason="", ratio=None, **more):
+    from edgekit.models.fleet import DeviceOutcome
+    return DeviceOutcome(device=device, address="root@127.0.0.7:2201", target="host", wave=1,
+                         status=status, reason=reason, p90_ratio=ratio, **more)
+
+
+def fleet(*devices):
+    from edgekit.models.fleet import FleetResult, WaveSummary
+    return FleetResult(id="kws-mlp-20261130T210000-ab12", app="kws-mlp", status="halted",
+                       releases={"host": "r2"}, seconds=42.0, journal="/j",
+                       waves=(WaveSummary(index=1, devices=tuple(d.device for d in devices),
+                                          updated=1, unchanged=0, failed=1,
+                                          allowed_failures="0", halted=True, complete=True,
+                                          seconds=40.0),),
+                       devices=devices)
+
+
+def test_the_fleet_table_shows_the_ratio_the_gate_decided_on_and_fits_80_columns(narrow):
+    long_reason = ("latency gate: p90 0.236 ms vs 0.092 ms for the release it replaces "
+                   "(3f9a0c1d2e4b5a69); per-round ratio ×2.57 > ×1.25 in 5 of 5 rounds; "
+                   "not activated (root@127.0.0.7:2201)")
+    render.fleet_result(fleet(
+        outcome("kitchen-pi", "updated", ratio=1.02, p90_ratio_range=(0.97, 1.08),
+                p90_ratio_limit=1.25, p90_before_ms=0.092, p90_after_ms=0.094),
+        outcome("garage-pi", "failed", long_reason, ratio=2.57, p90_ratio_range=(2.4, 2.7),
+                p90_ratio_limit=1.25, p90_before_ms=0.092, p90_after_ms=0.236)))
+    text = narrow.getvalue()
+    assert fits(text), text
+    assert "×1.02 [0.97–1.08] ≤ ×1.25" in text and "×2.57 [2.40–2.70] > ×1.25" in text
+    # the reason is a line of its own below the table, not a narrow column of 13 lines
+    assert "garage-pi: latency gate" in text
+    assert "root@127.0.0.7" not in text.split("garage-pi: latency")[0]   # names, not addresses
