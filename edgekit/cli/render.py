@@ -60,7 +60,7 @@ def build_summary(result: BuildResult) -> None:
     note = " (fallback)" if fell_back else ""
     if m.lowering.note:
         note += f" — {m.lowering.note}"
-    out.print(f"  lowering: {m.lowering.used}{note} (requested {m.lowering.requested}); "
+    out.print(f"  lowering: {m.lowering.used}{note} ({requested_lowering(m)}); "
               f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
     if m.golden_reference:
         out.print(f"  golden outputs: {m.golden_reference}")
@@ -77,6 +77,14 @@ def build_summary(result: BuildResult) -> None:
         out.print(f"  stages: {stages}")
     if result.tar:
         out.print(f"  archive: {result.tar}")
+
+
+def requested_lowering(m) -> str:
+    """What the lowering was chosen by: a tuned build lowers with the tuned variant's lowering
+    although the recipe says `auto` (tuning applies to `auto` recipes only)."""
+    if m.tuning:
+        return f"auto; tuned variant {m.tuning.variant}"
+    return f"requested {m.lowering.requested}"
 
 
 def quantization_summary(q) -> None:

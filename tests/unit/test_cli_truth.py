@@ -117,3 +117,44 @@ def test_the_fleet_table_shows_the_ratio_the_gate_decided_on_and_fits_80_columns
     # the reason is a line of its own below the table, not a narrow column of 13 lines
     assert "garage-pi: latency gate" in text
     assert "root@127.0.0.7" not in text.split("garage-pi: latency")[0]   # names, not addresses
+
+
+def test_a_tuned_build_says_auto_chose_the_tuned_variant_not_that_torch_was_requested():
+    from types import SimpleNamespace as NS
+    tuned = NS(tuning=NS(variant="torch/o3"), lowering=NS(requested="torch", used="torch"))
+    assert render.requested_lowering(tuned) == "auto; tuned variant torch/o3"
+    plain = NS(tuning=None, lowering=NS(requested="auto", used="tosa"))
+    assert render.requested_lowering(plain) == "requested auto"
+
+
+def tuning_record(n_ok=44):
+    from edgekit.tune.tuner import CandidateResult, TuningRecord
+
+    def cand(lowering, flag_set, p50, status="ok", reason=""):
+        rounds = tuple(p50 * (1 + 0.01 * (i % 3)) for i in range(5)) if p50 else ()
+        return CandidateResult(lowering=lowering, flag_set=flag_set, flags=(), threads=1,
+                               status=status, reason=reason, p50_ms=p50, round_p50_ms=rounds,
+                               module_bytes=274_112 if p50 else 0)
+    default = cand("tosa", "default", 1.8593)
+    others = [cand("linalg", f"convs-as-matmul+data-tiling-{i}", 1.8505 + i / 100)
+              for i in range(n_ok)]
+    broken = cand("torch", "o3+ukernels", None, "build-failed",
+                  "stage compile: 'func.func' op exceeded stack allocation limit of 32768 "
+                  "bytes (iree-compile exit 1); see the reproducer")
+    return TuningRecord(model_digest="d", app="kws-mlp", target="rpi4", toolchain={},
+                        measured_on="lab-aarch64-1", created_at="now", chosen=default,
+                        default_variant="tosa/default", default_p50_ms=1.8593,
+                        candidates=(default, *others, broken), fastest=others[0].variant,
+                        gain_pct=0.47, noise_pct=0.5)
+
+
+def test_the_tuning_table_fits_80_columns_and_shows_each_wins_noise(narrow):
+    from edgekit.cli.tune import tuning_table
+    tuning_table(tuning_record())
+    text = narrow.getvalue()
+    assert fits(text), text
+    assert "274,112" in text and "…" not in text.split("chosen:")[0]
+    assert "+0.5% ±" in text                     # a win with its noise
+    flat = " ".join(text.split())
+    assert "the untuned build: the fastest" in flat and "not beyond 3% and the noise" in flat
+    assert "torch/o3+ukernels (1t) build-failed: stage compile" in flat
