@@ -158,3 +158,25 @@ def test_the_tuning_table_fits_80_columns_and_shows_each_wins_noise(narrow):
     flat = " ".join(text.split())
     assert "the untuned build: the fastest" in flat and "not beyond 3% and the noise" in flat
     assert "torch/o3+ukernels (1t) build-failed: stage compile" in flat
+
+
+def test_an_unknown_device_name_is_an_error_naming_the_registered_devices(home):
+    from edgekit.config.devices import DeviceEntry, resolve_device, save_registry
+    from edgekit.errors import ConfigError
+    save_registry({"kitchen-pi": DeviceEntry(name="kitchen-pi", address="pi@192.0.2.7:22",
+                                             identity="/k")})
+    with pytest.raises(ConfigError) as err:
+        resolve_device("lab-aarch64-1")
+    assert err.value.exit_code == 2
+    assert "unknown device 'lab-aarch64-1'; registered devices: kitchen-pi" in str(err.value)
+    assert resolve_device("kitchen-pi")[0].host == "192.0.2.7"
+
+
+def test_a_missing_identity_says_so_without_claiming_the_device_refused_it(home, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "empty-home"))
+    said = invoke("probe", "pi@192.0.2.1")
+    assert said.exit_code == 2 and "no identity to log in with" in said.output
+    assert "refused" not in said.output and "nothing was sent" in said.output
+    said = invoke("probe", "pi@192.0.2.1", "--identity", str(tmp_path / "gone"))
+    assert said.exit_code == 2 and "identity file not found" in said.output
