@@ -49,6 +49,8 @@ def _renderers() -> dict[type, Callable]:
     """Rollout event type → its progress line (events not listed print nothing)."""
     from edgekit.models import events as ev
     return {
+        ev.DevicePreflight: lambda e: f"  [green]reachable[/] {escape(e.device)}" if e.ok else
+        f"  [red]cannot take the release[/] {escape(e.device)}: {escape(e.reason)}",
         ev.BuildStarted: lambda e: f"building for {escape(e.target)}…",
         ev.RolloutStarted: lambda e: f"start rollout {e.rollout}",
         ev.RolloutResumed: lambda e: f"resume rollout {e.rollout}",

@@ -27,6 +27,16 @@ class BuildStarted(_Event):
     target: str
 
 
+class DevicePreflight(_Event):
+    """Before the builds: a device answered and can run its target, or not and why (progress
+    only: not journaled; a device that failed here fails again in its wave)."""
+
+    event: Literal["preflight"] = "preflight"
+    device: str
+    ok: bool
+    reason: str = ""
+
+
 class RolloutStarted(_Event):
     event: Literal["start"] = "start"
     rollout: str
@@ -107,7 +117,8 @@ class Finished(_Event):
 
 
 RolloutEvent = Annotated[
-    BuildStarted | RolloutStarted | RolloutResumed | WaveStarted | DeviceStarted | DeviceStep
+    BuildStarted | DevicePreflight | RolloutStarted | RolloutResumed | WaveStarted
+    | DeviceStarted | DeviceStep
     | DeviceDone | WaveDone | Halted | DeviceRolledBack | Interrupted | Finished,
     pydantic.Field(discriminator="event")]
 
