@@ -34,6 +34,20 @@ def save_registry(entries: dict[str, DeviceEntry]) -> None:
     save_model_map(registry_path(), entries)
 
 
+def device_label(host: str) -> str:
+    """How results name the device `host` designates: its registered name (also when given by
+    an address a registered device has), else the address as given."""
+    registry = load_registry()
+    if host in registry:
+        return host
+    try:
+        address = parse_address(host)
+    except ConfigError:
+        return host
+    entry = next((e for e in registry.values() if parse_address(e.address) == address), None)
+    return entry.name if entry else host
+
+
 def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddress, Path]:
     """`--host` (a registered name or user@host[:port]) + optional `--identity` → where to
     connect and with which key."""

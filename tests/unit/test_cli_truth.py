@@ -180,3 +180,13 @@ def test_a_missing_identity_says_so_without_claiming_the_device_refused_it(home,
     assert "refused" not in said.output and "nothing was sent" in said.output
     said = invoke("probe", "pi@192.0.2.1", "--identity", str(tmp_path / "gone"))
     assert said.exit_code == 2 and "identity file not found" in said.output
+
+
+def test_results_name_a_device_by_its_registered_name_also_when_given_by_address(home):
+    from edgekit.config.devices import DeviceEntry, device_label, save_registry
+    save_registry({"lab-x86_64-1": DeviceEntry(name="lab-x86_64-1", identity="/k",
+                                               address="root@127.0.0.7:2201")})
+    assert device_label("lab-x86_64-1") == "lab-x86_64-1"
+    assert device_label("root@127.0.0.7:2201") == "lab-x86_64-1"
+    assert device_label("pi@192.0.2.9") == "pi@192.0.2.9"
+    assert device_label("local:/tmp/dev") == "local:/tmp/dev"
