@@ -144,7 +144,7 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
                           "`edgekit deploy`)", key="host")
     if compare_quantization:
         from edgekit.api.compare_quantization import compare_quantization as compare
-        with render.err.status("building…") as status:
+        with render.steps("building…") as status:
             results = compare(options, say=status.update, host=host, identity=identity)
         if as_json:
             render.emit_json(render.quantization_comparison_json(results))
@@ -154,7 +154,7 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
     if as_json:
         render.emit_json(render.build_json(run_build(options)))
         return
-    with render.err.status("building…") as status:
+    with render.steps("building…") as status:
         result = run_build(options, on_stage=lambda name: status.update(f"{name}…"))
     render.build_summary(result)
 
@@ -170,7 +170,7 @@ def demo(recipe: Path | None, arch: str, target: str | None) -> None:
     """Start a lab device, deploy an example to it, validate on it, report, stop it."""
     from edgekit.api.demo import DEFAULT_RECIPE, run_demo
     try:
-        with render.err.status("starting…") as status:
+        with render.steps("starting…") as status:
             result = run_demo(recipe or DEFAULT_RECIPE, arch, target, on_stage=status.update)
     except ValidationFailed as exc:
         render.validation_table(exc.report)
@@ -305,7 +305,7 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
         if as_json:
             result = run_deploy(options)
         else:
-            with render.err.status("deploying…") as status:
+            with render.steps("deploying…") as status:
                 result = run_deploy(options, on_stage=lambda n: status.update(f"{n}…"))
     except ValidationFailed as exc:
         if as_json:

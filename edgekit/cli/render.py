@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -9,7 +10,9 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
     from edgekit.models.fleet import FleetDeviceStatus
@@ -115,15 +118,14 @@ def quantization_summary(q) -> None:
 
 def quantization_comparison(results) -> None:
     """Size, accuracy vs fp32, compute and host latency per mode (`--compare-quantization`)."""
-    from rich.table import Table
     base = next((r for r in results if r.mode == "fp32" and r.bundle), None)
-    table = Table(title="quantization: does it pay off?", min_width=100)
-    for column in ("mode", "module", "size vs fp32", "min cosine", "max abs err", "top-1",
-                   "contractions", "p50 ms", "speed vs fp32"):
-        table.add_column(column, justify="left" if column == "mode" else "right")
+    table = fitted_table("quantization: does it pay off?", [
+        ("mode", "short"), ("module B", "num"), ("size", "num"), ("min cos", "num"),
+        ("max abs", "num"), ("top-1", "num"), ("compute", "short"), ("p50 ms", "num"),
+        ("speed", "num")])
     for r in results:
         if not r.bundle:
-            table.add_row(r.mode, f"[yellow]{r.status}[/]", *[""] * 7)
+            table.add_row(r.mode, "", "", "", "", "", f"[yellow]{r.status}[/]", "", "")
             continue
         q = r.quantization
         acc = q.accuracy.outputs[0] if q and q.accuracy else None
@@ -132,14 +134,17 @@ def quantization_comparison(results) -> None:
                                                          (c.f32, "f32")) if n) if c else "f32")
         speed = (f"{base.p50_ms / r.p50_ms:.2f}×" if base and base.p50_ms and r.p50_ms else "")
         table.add_row(
-            r.mode, f"{r.size:,} B", f"{r.size / base.size:.2f}×" if base else "",
+            r.mode, f"{r.size:,}", f"{r.size / base.size:.2f}×" if base else "",
             f"{acc.min_cosine:.6f}" if acc and acc.min_cosine is not None else
             "1" if not q else "n/a",
             f"{acc.max_abs_error:.3g}" if acc else "0" if not q else "n/a",
             f"{acc.top1_agreement:.1%}" if acc and acc.top1_agreement is not None else "",
             compute, f"{r.p50_ms:.4f}" if r.p50_ms else
-            "[red]invalid[/]" if r.status == "invalid" else "n/a (not runnable here)", speed)
+            "[red]invalid[/]" if r.status == "invalid" else "n/a", speed)
     out.print(table)
+    out.print("  size and speed against fp32; min cos, max abs and top-1: outputs against "
+              "fp32's; compute: contractions by input type; p50 n/a: not runnable here",
+              highlight=False)
     where = {r.measured_on for r in results if r.measured_on}
     if where:
         out.print(f"  latency: 1 thread, measured on {', '.join(sorted(where))}")
@@ -219,12 +224,48 @@ def probe_table(device: str, info) -> None:
     out.print(table)
 
 
+class _Lines:
+    """A status that, with stderr not a terminal (piped, in CI), prints each new step as a line
+    instead of animating nothing."""
+
+    def __init__(self, text: str):
+        self._last = ""
+        self.update(text)
+
+    def update(self, text: str) -> None:
+        if text and text != self._last:
+            self._last = text
+            err.print(f"edgekit: {text}", highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def steps(text: str):
+    """The progress of a long command: a rich spinner on a terminal, a line per step when
+    piped. Yields an object with `.update(text)`."""
+    if err.is_terminal:
+        with err.status(text) as status:
+            yield status
+    else:
+        yield _Lines(text)
+
+
+class _Count(ProgressColumn):
+    """done/total, empty until a total is known (never "0/None")."""
+
+    def render(self, task) -> Text:
+        return Text("" if task.total is None else f"{task.completed:g}/{task.total:g}")
+
+
 def with_progress(work):
-    """Run work(progress) with a progress bar; progress(description, done, total)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total}"), TimeElapsedColumn(), console=err) as bar:
-        task = bar.add_task("starting", total=None)
+    """Run work(progress) with a progress bar; progress(description, done, total). Piped: a
+    line per new description."""
+    if not err.is_terminal:
+        lines = _Lines("")
+        return work(lambda description, done, total: lines.update(
+            f"{description} ({done}/{total})" if total else description))
+    with Progress(TextColumn("{task.description}"), BarColumn(), _Count(), TimeElapsedColumn(),
+                  console=err) as bar:
+        task = bar.add_task("connecting…", total=None)
 
         def progress(description: str, done: int, total: int) -> None:
             bar.update(task, description=description, completed=done, total=total)
@@ -366,18 +407,28 @@ def _ms(value) -> str:
 
 
 def fleet_status_table(app: str, rows: list[FleetDeviceStatus]) -> None:
-    table = Table(title=f"fleet status: {app}")
-    for col in ("device", "address", "target", "current", "built for", "runtime",
-                "last validation"):
-        table.add_column(col)
+    """At terminal width: devices by name, releases by their first 8 characters, times to the
+    minute, and why a device is unreachable below the table (--wide: addresses and everything
+    whole)."""
+    cut = (lambda r: r) if wide else (lambda r: r[:8])
+    columns = [("device", "short"), ("target", "short"), ("current", "short"),
+               ("built for", "short"), ("runtime", "short"), ("last validation", "short")]
+    if wide:
+        columns.insert(1, ("address", "short"))
+    table = fitted_table(f"fleet status: {app}", columns)
+    notes = []
     for r in rows:
+        lead = [escape(r.device)] + ([escape(r.address)] if wide else []) + [escape(r.target)]
         if not r.reachable:
-            table.add_row(r.device, r.address, r.target,
-                          f"[red]unreachable[/] {escape(r.error)}", "", "", "")
+            table.add_row(*lead, "[red]unreachable[/]", "", "", "")
+            notes.append(f"  {escape(r.device)} ({escape(r.address)}): {escape(r.error)}")
             continue
         v = r.last_validation
+        at = v.at if v is None or wide else v.at[:16].replace("T", " ")
         checked = "-" if v is None else \
-            f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {v.release} {v.at}"
-        table.add_row(r.device, r.address, r.target, r.current or "-",
-                      r.built_for or "-", r.runtime or "-", checked)
+            f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {cut(v.release)} {at}"
+        table.add_row(*lead, cut(r.current) if r.current else "-", r.built_for or "-",
+                      r.runtime or "-", checked)
     out.print(table)
+    for line in notes:
+        out.print(line, highlight=False)

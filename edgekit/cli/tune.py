@@ -50,7 +50,7 @@ def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
     if as_json:
         render.emit_json(run_tune(options).model_dump(mode="json"))
         return
-    with render.err.status("tuning…") as status:
+    with render.steps("tuning…") as status:
         record = run_tune(options, on_progress=lambda text: status.update(escape(text)))
     tuning_table(record)
 

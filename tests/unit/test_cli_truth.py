@@ -190,3 +190,56 @@ def test_results_name_a_device_by_its_registered_name_also_when_given_by_address
     assert device_label("root@127.0.0.7:2201") == "lab-x86_64-1"
     assert device_label("pi@192.0.2.9") == "pi@192.0.2.9"
     assert device_label("local:/tmp/dev") == "local:/tmp/dev"
+
+
+def test_the_quantization_comparison_fits_80_columns_with_whole_numbers(narrow):
+    from types import SimpleNamespace as NS
+    acc = NS(outputs=[NS(min_cosine=0.999871, max_abs_error=0.0123, top1_agreement=0.985)])
+    census = NS(integer=12, f16=0, f32=2, other=0, total=14)
+    rows = [NS(mode="fp32", status="built", reason="", bundle=NS(path="build/x-fp32"),
+               size=274_112_000, p50_ms=12.3456, measured_on="this machine", quantization=None),
+            NS(mode="int8", status="built", reason="", bundle=NS(path="build/x-int8"),
+               size=68_528_000, p50_ms=4.5678, measured_on="this machine",
+               quantization=NS(accuracy=acc, contractions=census)),
+            NS(mode="int8-weights", status="failed", reason="stage compile: no", bundle=None,
+               size=0, p50_ms=None, measured_on="", quantization=None)]
+    render.quantization_comparison(rows)
+    text = narrow.getvalue()
+    assert fits(text), text
+    table = text.split("size and speed")[0]
+    for figure in ("274,112,000", "68,528,000", "0.999871", "12i8", "2f32", "2.70×", "0.25×"):
+        assert figure in table, table
+    assert "…" not in table
+
+
+def test_the_fleet_status_table_fits_80_columns_and_names_devices(narrow):
+    from edgekit.models.fleet import FleetDeviceStatus, LastValidation
+    ok = FleetDeviceStatus(device="kitchen-pi-livingroom", address="pi@192.0.2.17:22",
+                           target="rpi4", reachable=True, current="3f9a0c1d2e4b5a69",
+                           built_for="rpi4", runtime="iree 3.13.0",
+                           last_validation=LastValidation(release="3f9a0c1d2e4b5a69", ok=True,
+                                                          at="2026-11-30T21:00:07+00:00"))
+    gone = FleetDeviceStatus(device="garage-pi", address="pi@192.0.2.18:22", target="rpi4",
+                             error="DeviceUnreachable: connect: no answer within 10 s "
+                                   "(timeouts.connect_s); is the address right?")
+    render.fleet_status_table("kws-mlp", [ok, gone])
+    text = narrow.getvalue()
+    assert fits(text), text
+    table = text.split("garage-pi (")[0]
+    assert "3f9a0c1d" in table and "2026-11-30 21:00" in table and "iree 3.13.0" in table
+    assert "192.0.2.17" not in table and "kitchen-pi-livi" in table   # names, folded
+    assert "garage-pi (pi@192.0.2.18:22): DeviceUnreachable" in text
+
+
+def test_progress_is_a_line_per_step_when_piped_and_never_0_of_none(monkeypatch):
+    buffer = io.StringIO()
+    monkeypatch.setattr(render, "err", Console(file=buffer, width=80, color_system=None))
+    with render.steps("building…") as status:
+        status.update("export…")
+        status.update("export…")
+        status.update("lower+compile…")
+    assert buffer.getvalue().splitlines() == ["edgekit: building…", "edgekit: export…",
+                                              "edgekit: lower+compile…"]
+    from types import SimpleNamespace as NS
+    assert render._Count().render(NS(total=None, completed=0)).plain == ""
+    assert render._Count().render(NS(total=10, completed=3)).plain == "3/10"
