@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.cli.main import cli, handle_errors
+from edgekit.cli.main import WIDE, cli, handle_errors
 
 FLEET_HELP = "fleet.yaml, or an Ansible inventory (INI or YAML)"
 
@@ -110,6 +110,7 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has the builds")
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurrency, max_fail,
                  max_p90_ratio, rollback_on_halt, keep: int, no_cache: bool,
@@ -128,6 +129,7 @@ def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurren
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
     """Continue an interrupted rollout [default: the newest unfinished one]."""
@@ -139,6 +141,7 @@ def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
     """Show a rollout's result from its journal [default: the newest]."""
@@ -153,6 +156,7 @@ def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML (for its name)")
 @click.option("--limit", help="only these devices: a device or group name, or label=value")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: str | None,
                  as_json: bool) -> None:

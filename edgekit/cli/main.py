@@ -130,6 +130,7 @@ ALLOW_UNSIGNED = click.option(
 @IDENTITY
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool,
           no_tuned: bool, compare_quantization: bool, host: str | None, identity: Path | None,
@@ -185,6 +186,7 @@ def demo(recipe: Path | None, arch: str, target: str | None) -> None:
               help="run on this machine: the only mode, accepted for old scripts (device "
                    "validation comes with `edgekit deploy`)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def validate(bundle: Path, local: bool, as_json: bool) -> None:
     """Run a bundle's golden inputs and compare with its golden outputs."""
@@ -206,6 +208,7 @@ def targets() -> None:
 
 @targets.command("list")
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def targets_list(as_json: bool) -> None:
     """Every profile found (EDGEKIT_TARGETS_PATH, ./targets, built-in)."""
@@ -258,6 +261,7 @@ def schema(kind: str) -> None:
 @click.option("--target", default="host", show_default=True, help="target profile")
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
     """Which operators of MODEL (.onnx, .pt2, recipe .yaml or module:factory) make it through
@@ -290,6 +294,7 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 @ALLOW_UNSIGNED
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
@@ -324,6 +329,7 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
 @click.argument("host")
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def probe(host: str, identity: Path | None, as_json: bool) -> None:
     """What a device is: arch, CPU, memory, disk, OS, Vulkan, NPUs, runtimes."""
@@ -365,6 +371,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     """Releases of an app on a device, newest first; * marks current."""
@@ -377,8 +384,8 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     if as_json:
         render.emit_json([vars(i) for i in infos])
         return
-    for i in infos:
-        render.out.print(f"{'*' if i.current else ' '} {i.release}  {i.target:<16} {i.created_at}")
+    from edgekit.config.devices import device_label
+    render.releases_table(device_label(host), app, infos)
 
 
 @cli.command()
@@ -538,6 +545,7 @@ def bench() -> None:
 @ALLOW_UNSIGNED
 @click.option("--html", type=click.Path(path_type=Path), help="write an HTML report here")
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Path | None,
               threads: str, repetitions: int, warmup: int, rounds: int,
@@ -646,6 +654,7 @@ def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
 @bench.command("history")
 @click.option("--app", help="only this app")
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def bench_history(app: str | None, as_json: bool) -> None:
     """Stored results, oldest first."""

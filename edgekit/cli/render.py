@@ -170,9 +170,10 @@ def build_json(result: BuildResult) -> dict:
 
 
 def validation_table(report: ValidationReport) -> None:
-    table = Table(title=f"{report.app} on {report.where} ({report.target})")
-    for col in ("output", "shape", "max abs err", "max rel err", "cosine", "top-1", "result"):
-        table.add_column(col, justify="right" if col not in ("output", "result") else "left")
+    table = fitted_table(f"{report.app} on {report.where} ({report.target})",
+                         [("output", "short"), ("shape", "num"), ("max abs err", "num"),
+                          ("max rel err", "num"), ("cosine", "num"), ("top-1", "num"),
+                          ("result", "text")])
     for c in report.outputs:
         top1 = "-" if c.top1_agreement is None else f"{c.top1_agreement:.0%}"
         result = "[green]ok[/]" if c.ok else "[red]FAIL[/] " + "; ".join(c.problems)
@@ -207,12 +208,14 @@ def deploy_json(result) -> dict:
 
 
 def probe_table(device: str, info) -> None:
-    table = Table(title=device, show_header=False)
-    table.add_column("key")
-    table.add_column("value")
+    table = fitted_table(escape(device), [("key", "short"), ("value", "text")],
+                         show_header=False)
+    from edgekit.device.probe import hwcap_features
     flags = " ".join(info.cpu_flags)
+    if not flags and hwcap_features(info):    # emulated: what the kernel says, not the host
+        flags = " ".join(hwcap_features(info)) + " (from AT_HWCAP)"
     rows = [("arch", info.arch), ("cpu", info.cpu_model or "-"), ("cpu part", info.cpu_part or "-"),
-            ("cpu features", flags[:100] + ("…" if len(flags) > 100 else "")),
+            ("cpu features", flags if wide else flags[:100] + ("…" if len(flags) > 100 else "")),
             ("cores", str(info.cores)), ("memory", f"{info.mem_kb // 1024} MiB"),
             ("free (.edgekit)", f"{info.free_kb // 1024} MiB"), ("os", info.os),
             ("glibc", info.glibc), ("vulkan", ", ".join(info.vulkan_devices) or "none"),
@@ -272,15 +275,24 @@ def with_progress(work):
         return work(progress)
 
 
+def releases_table(device: str, app: str, infos) -> None:
+    """`edgekit releases`: newest first, * = current."""
+    table = fitted_table(f"{app} on {device}", [("", "short"), ("release", "short"),
+                                                ("target", "short"), ("created", "short")])
+    for i in infos:
+        table.add_row("*" if i.current else "", i.release, escape(i.target), i.created_at)
+    out.print(table)
+    if not infos:
+        out.print(f"no releases of {app} on {device}")
+
+
 def bench_table(results, with_ids: bool = False) -> None:
     """Side by side: one row per app × threads, one column group per device."""
     devices = list(dict.fromkeys(r.device for r in results))
     rows = list(dict.fromkeys((r.app, r.config.get("threads")) for r in results))
-    table = Table(title="p50 / p90 / p99 ms per call (calls/s, peak RSS)")
-    table.add_column("app")
-    table.add_column("threads", justify="right")
-    for device in devices:
-        table.add_column(device, justify="right")
+    table = fitted_table("p50 / p90 / p99 ms per call (calls/s, peak RSS)",
+                         [("app", "short"), ("thr", "num")] + [(escape(d), "short")
+                                                              for d in devices])
     latest = {(r.device, r.app, r.config.get("threads")): r for r in results}
     for app, threads in rows:
         cells = []

@@ -243,3 +243,17 @@ def test_progress_is_a_line_per_step_when_piped_and_never_0_of_none(monkeypatch)
     from types import SimpleNamespace as NS
     assert render._Count().render(NS(total=None, completed=0)).plain == ""
     assert render._Count().render(NS(total=10, completed=3)).plain == "3/10"
+
+
+def test_probe_of_an_emulated_aarch64_device_reports_its_hwcap_not_the_hosts_cpu(narrow):
+    from edgekit.device.probe import parse_probe
+    info = parse_probe("arch=aarch64\ncpu_model=AMD EPYC 7B13\ncpu_flags=fpu sse2 avx2 "
+                       "sse4_2\nhwcap=ecfffffb\nhwcap2=0x7f877fff\ncores=2\n")
+    assert info.cpu_flags == () and "emulated aarch64" in info.cpu_model
+    assert info.has_cpu_feature("neon") is True and info.has_cpu_feature("sse4.2") is None
+    render.probe_table("lab-aarch64-1", info)
+    text = narrow.getvalue()
+    assert fits(text), text
+    assert "neon" in text and "from AT_HWCAP" in text and "avx2" not in text
+    flat = " ".join(text.split())
+    assert "emulated aarch64 (/proc/cpuinfo describes the host: AMD EPYC 7B13)" in flat
