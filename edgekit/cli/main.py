@@ -341,7 +341,7 @@ def probe(host: str, identity: Path | None, as_json: bool) -> None:
     if as_json:
         render.emit_json({"device": str(address), **info.model_dump(mode="json")})
     else:
-        render.probe_table(str(address), info)
+        render.probe_table(render.named(str(address)), info)
 
 
 @cli.command()

@@ -45,6 +45,12 @@ def fitted_table(title: str, columns: list[tuple[str, str]], **kwargs) -> Table:
     return table
 
 
+def named(where: str) -> str:
+    """A device by its registered name when it has one (user@host:port otherwise)."""
+    from edgekit.config.devices import device_label
+    return device_label(where)
+
+
 def emit_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
@@ -170,7 +176,7 @@ def build_json(result: BuildResult) -> dict:
 
 
 def validation_table(report: ValidationReport) -> None:
-    table = fitted_table(f"{report.app} on {report.where} ({report.target})",
+    table = fitted_table(f"{report.app} on {escape(named(report.where))} ({report.target})",
                          [("output", "short"), ("shape", "num"), ("max abs err", "num"),
                           ("max rel err", "num"), ("cosine", "num"), ("top-1", "num"),
                           ("result", "text")])
@@ -193,7 +199,8 @@ def deploy_summary(result) -> None:
     state = (f"activated {result.release}" + (f" (was {result.previous})" if result.previous
                                               else "")
              if result.activated else f"{result.release} was already current")
-    out.print(f"[green]deployed[/] {result.app} to {result.device}: {state}; {moved}"
+    out.print(f"[green]deployed[/] {result.app} to {escape(named(result.device))}: {state}; "
+              f"{moved}"
               + ("; provisioned the runtime" if result.provisioned else "")
               + f" in {result.seconds:.2f} s")
     if result.pruned:

@@ -12,7 +12,7 @@ MIN_GLIBC = (2, 28)  # the IREE runtime wheels the device tools come from are ma
 def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[str]:
     """Reasons the device cannot run the bundle (empty: it can)."""
     found = target_problems(Target.model_validate(manifest.target_profile), info,
-                            arch=manifest.arch, subject="the bundle is")
+                            arch=manifest.arch, bundle=True)
     if info.free_kb and info.free_kb * 1024 < payload_bytes * 1.2:
         found.append(f"only {info.free_kb // 1024} MiB free under .edgekit; the upload needs "
                      f"{payload_bytes * 1.2 / 2**20:.1f} MiB")
@@ -20,13 +20,15 @@ def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[s
 
 
 def target_problems(profile: Target, info: DeviceInfo, arch: str | None = None,
-                    subject: str = "a build for it is") -> list[str]:
+                    bundle: bool = False) -> list[str]:
     """Reasons the device cannot run code built for `profile`: known before anything is built
     (`deploy --recipe` asks before building)."""
     found: list[str] = []
     arch = arch or profile.arch
     if profile.backend == "llvm-cpu" and arch != info.arch:
-        found.append(f"{subject} {arch} code ({profile.name}) and the device is {info.arch}")
+        found.append(f"the bundle is {arch} code ({profile.name}) and the device is {info.arch}"
+                     if bundle else f"target {profile.name} builds {arch} code and the device "
+                                    f"is {info.arch}")
     if profile.cpu is not None and arch == info.arch:
         wanted = [f.lstrip("+") for f in profile.cpu.features.split(",") if f.startswith("+")]
         for feature in wanted:

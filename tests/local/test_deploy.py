@@ -130,7 +130,7 @@ def test_deploying_a_recipe_checks_the_device_before_building(tmp_path, monkeypa
     monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
     other = "rpi4" if os.uname().machine == "x86_64" else "host"
     (tmp_path / "dev").mkdir()
-    with pytest.raises(DeviceIncompatible, match="a build for it is .* code .* device is") as err:
+    with pytest.raises(DeviceIncompatible, match="target .* builds .* code and the device is") as err:
         deploy(DeployOptions(host=f"local:{tmp_path / 'dev'}", recipe=RECIPE, target=other))
     assert "nothing was built" in err.value.hint
     assert not (tmp_path / "cache").exists()
