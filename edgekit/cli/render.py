@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -248,15 +249,30 @@ class _Lines:
             err.print(f"edgekit: {text}", highlight=False, soft_wrap=True)
 
 
+class _Silent:
+    def update(self, text: str) -> None:
+        pass
+
+
+def progress_mode() -> str:
+    """EDGEKIT_PROGRESS: `auto` (a spinner or bar on a terminal, a line per step when stderr
+    is piped), `lines`, or `none` (for scripts that parse stderr)."""
+    mode = os.environ.get("EDGEKIT_PROGRESS", "auto")
+    if mode == "auto":
+        return "live" if err.is_terminal else "lines"
+    return mode if mode in ("lines", "none") else "live"
+
+
 @contextlib.contextmanager
 def steps(text: str):
-    """The progress of a long command: a rich spinner on a terminal, a line per step when
-    piped. Yields an object with `.update(text)`."""
-    if err.is_terminal:
+    """The progress of a long command (see `progress_mode`). Yields an object with
+    `.update(text)`."""
+    mode = progress_mode()
+    if mode == "live":
         with err.status(text) as status:
             yield status
     else:
-        yield _Lines(text)
+        yield _Lines(text) if mode == "lines" else _Silent()
 
 
 class _Count(ProgressColumn):
@@ -269,8 +285,9 @@ class _Count(ProgressColumn):
 def with_progress(work):
     """Run work(progress) with a progress bar; progress(description, done, total). Piped: a
     line per new description."""
-    if not err.is_terminal:
-        lines = _Lines("")
+    mode = progress_mode()
+    if mode != "live":
+        lines = _Lines("") if mode == "lines" else _Silent()
         return work(lambda description, done, total: lines.update(
             f"{description} ({done}/{total})" if total else description))
     with Progress(TextColumn("{task.description}"), BarColumn(), _Count(), TimeElapsedColumn(),

@@ -232,6 +232,7 @@ def test_the_fleet_status_table_fits_80_columns_and_names_devices(narrow):
 
 
 def test_progress_is_a_line_per_step_when_piped_and_never_0_of_none(monkeypatch):
+    monkeypatch.delenv("EDGEKIT_PROGRESS", raising=False)     # the default: auto
     buffer = io.StringIO()
     monkeypatch.setattr(render, "err", Console(file=buffer, width=80, color_system=None))
     with render.steps("building…") as status:
@@ -257,3 +258,32 @@ def test_probe_of_an_emulated_aarch64_device_reports_its_hwcap_not_the_hosts_cpu
     assert "neon" in text and "from AT_HWCAP" in text and "avx2" not in text
     flat = " ".join(text.split())
     assert "emulated aarch64 (/proc/cpuinfo describes the host: AMD EPYC 7B13)" in flat
+
+
+def test_a_missing_factory_file_is_the_same_config_error_as_a_missing_onnx_file(write_recipe):
+    from edgekit.config.recipe import load_recipe
+    from edgekit.errors import ConfigError
+    for source, key in (("python: gone.py:make", "model.python"), ("onnx: gone.onnx",
+                                                                     "model.onnx")):
+        path = write_recipe(f"model:\n  {source}\ninputs:\n  - {{name: x, shape: [1]}}\n")
+        with pytest.raises(ConfigError) as err:
+            load_recipe(path)
+        assert err.value.exit_code == 2 and err.value.key == key
+        assert err.value.where == f"{path}:2" and "file not found" in err.value.what
+
+
+def test_a_fleet_device_key_typo_lists_the_keys_a_device_takes(tmp_path):
+    from edgekit.config.fleet import load_fleet
+    from edgekit.errors import ConfigError
+    path = tmp_path / "fleet.yaml"
+    path.write_text("devices:\n  d1:\n    hots: 192.0.2.1\n    target: host\n")
+    with pytest.raises(ConfigError) as err:
+        load_fleet(path)
+    assert err.value.where == f"{path}:3" and err.value.key == "devices.d1.hots"
+    assert err.value.hint.startswith("did you mean 'host'? expected one of: host, port, user")
+
+
+def test_validate_runs_without_local_and_still_accepts_it():
+    from edgekit.cli.main import validate
+    local = next(p for p in validate.params if p.name == "local")
+    assert not local.required and local.is_flag
