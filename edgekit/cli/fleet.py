@@ -169,7 +169,8 @@ def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: 
         raise ConfigError("give exactly one of --app or --recipe", key="app")
     name = app or load_recipe(recipe).name
     chosen = load_fleet(fleet_file).select(limit)
-    rows = read_status(chosen, name, concurrency=chosen.rollout.concurrency)
+    with render.steps(f"reading {len(chosen.devices)} device(s)…"):
+        rows = read_status(chosen, name, concurrency=chosen.rollout.concurrency)
     if as_json:
         render.emit_json([r.model_dump(mode="json") for r in rows])
     else:

@@ -335,7 +335,7 @@ def probe(host: str, identity: Path | None, as_json: bool) -> None:
     """What a device is: arch, CPU, memory, disk, OS, Vulkan, NPUs, runtimes."""
     from edgekit.device.probe import probe as run_probe
     from edgekit.transport import open_device
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
     if as_json:
@@ -357,7 +357,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
     if target:
         from edgekit.config.profiles import load_target
         load_target(target)
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         address = conn.where
         result = run_provision(conn, run_probe(conn))
     state = (f"installed {len(result.uploaded)} file(s), {result.uploaded_bytes:,} bytes"
@@ -379,7 +379,7 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     from edgekit.config.address import safe_name
     from edgekit.transport import open_device
     safe_name(app, "app")
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         infos = describe_releases(conn, app)
     if as_json:
         render.emit_json([vars(i) for i in infos])
@@ -406,7 +406,7 @@ def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None
     safe_name(app, "app")
     if to:
         safe_name(to, "release")
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
         if needs_provisioning(info):
