@@ -62,7 +62,7 @@ def tuning_table(record) -> None:
     from edgekit.tune.tuner import paired_gain
     table = render.fitted_table(
         f"tuning {record.app} for {record.target} (measured on {record.measured_on})",
-        [("variant", "short"), ("thr", "num"), ("p50 ms", "num"), ("vs untuned", "num"),
+        [("variant", "short"), ("thr", "num"), ("p50 ms", "num"), ("time Δ", "num"),
          ("module B", "num"), ("result", "text" if render.wide else "short")])
     defaults = {c.threads: c for c in record.candidates
                 if c.variant == record.default_variant and c.p50_ms}
@@ -70,7 +70,8 @@ def tuning_table(record) -> None:
     for c in record.candidates:
         base = defaults.get(c.threads)
         paired = paired_gain(c, base) if base is not None and c is not base else None
-        ratio = (f"{paired[0]:+.1f}% ±{paired[1]:.1f}" if paired else
+        # as a change of time like `bench compare`'s: + is slower than the untuned build
+        ratio = (f"{-paired[0]:+.1f}% ±{paired[1]:.1f}" if paired else
                  "untuned" if c is base else "-")
         if c.status != "ok":
             result = f"[red]{c.status}[/]"
@@ -86,15 +87,16 @@ def tuning_table(record) -> None:
                       "-" if c.p50_ms is None else f"{c.p50_ms:.4f}", ratio,
                       f"{c.module_bytes:,}" if c.module_bytes else "-", result)
     render.out.print(table)
-    render.out.print("  vs untuned: median gain over the paired rounds ± its standard error; "
-                     "a win is taken beyond 3% and beyond the noise", highlight=False)
+    render.out.print("  time Δ: p50 time against the untuned build, median over the paired "
+                     "rounds ± its standard error (- is faster); a variant is taken when "
+                     "faster by more than 3% and the noise", highlight=False)
     for line in notes:
         render.out.print(line, highlight=False)
     c = record.chosen
     if c.variant == record.default_variant:
         speedup = " (the untuned build: " + (
-            f"the fastest, {record.fastest}, was {record.gain_pct:+.1f}% ±{record.noise_pct:.1f}"
-            "%, not beyond 3% and the noise)" if record.gain_pct is not None and
+            f"the fastest, {record.fastest}, was {record.gain_pct:.1f}% ±{record.noise_pct:.1f}"
+            "% faster: not beyond 3% and the noise)" if record.gain_pct is not None and
             record.fastest and not record.fastest.startswith(c.variant + " ") else
             "no variant beat it round by round)")
     elif record.gain_pct is not None:

@@ -154,9 +154,9 @@ def test_the_tuning_table_fits_80_columns_and_shows_each_wins_noise(narrow):
     text = narrow.getvalue()
     assert fits(text), text
     assert "274,112" in text and "…" not in text.split("chosen:")[0]
-    assert "+0.5% ±" in text                     # a win with its noise
+    assert "-0.5% ±" in text                     # a win (less time) with its noise
     flat = " ".join(text.split())
-    assert "the untuned build: the fastest" in flat and "not beyond 3% and the noise" in flat
+    assert "the untuned build: the fastest" in flat and "0.5% ±0.5% faster: not beyond" in flat
     assert "torch/o3+ukernels (1t) build-failed: stage compile" in flat
 
 
