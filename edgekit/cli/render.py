@@ -152,7 +152,7 @@ def quantization_comparison(results) -> None:
     out.print("  size and speed against fp32; min cos, max abs and top-1: outputs against "
               "fp32's; compute: contractions by input type; p50 n/a: not runnable here",
               highlight=False)
-    where = {r.measured_on for r in results if r.measured_on}
+    where = {named(r.measured_on) for r in results if r.measured_on}
     if where:
         out.print(f"  latency: 1 thread, measured on {', '.join(sorted(where))}")
     for r in results:
