@@ -13,7 +13,7 @@ from edgekit.config.devices import resolve_device
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.config.timeouts import Timeouts, resolve_timeouts
-from edgekit.device.deploy import DeployResult, deploy_bundle
+from edgekit.device.deploy import DeployResult, deploy_bundle, preflight_target
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import load_bundle
 from edgekit.pipeline.publish import private_copy
@@ -47,6 +47,13 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if local_root(options.host) is None:
         resolve_device(options.host, options.identity)   # a bad name or key fails before a build
     timeouts = deploy_timeouts(options)
+    if options.recipe is not None:
+        # reach the device and check it can run the target before a build of minutes: an
+        # unreachable host, a refused key or a wrong target is known in seconds
+        if on_stage:
+            on_stage("connect and preflight")
+        with open_device(options.host, options.identity, timeouts) as conn:
+            preflight_target(conn, load_target(options.target))
     # The deploy ships its own copy of the bundle: another build or deploy from this working
     # directory may publish build/<app>-<target> again while this one uploads (publish.py).
     if options.bundle is not None and Path(options.bundle).is_dir():

@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.cli.main import cli, handle_errors
+from edgekit.cli.main import WIDE, cli, handle_errors
 
 FLEET_HELP = "fleet.yaml, or an Ansible inventory (INI or YAML)"
 
@@ -49,6 +49,8 @@ def _renderers() -> dict[type, Callable]:
     """Rollout event type → its progress line (events not listed print nothing)."""
     from edgekit.models import events as ev
     return {
+        ev.DevicePreflight: lambda e: f"  [green]reachable[/] {escape(e.device)}" if e.ok else
+        f"  [red]cannot take the release[/] {escape(e.device)}: {escape(e.reason)}",
         ev.BuildStarted: lambda e: f"building for {escape(e.target)}…",
         ev.RolloutStarted: lambda e: f"start rollout {e.rollout}",
         ev.RolloutResumed: lambda e: f"resume rollout {e.rollout}",
@@ -108,6 +110,7 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has the builds")
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurrency, max_fail,
                  max_p90_ratio, rollback_on_halt, keep: int, no_cache: bool,
@@ -126,6 +129,7 @@ def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurren
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
     """Continue an interrupted rollout [default: the newest unfinished one]."""
@@ -137,6 +141,7 @@ def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
     """Show a rollout's result from its journal [default: the newest]."""
@@ -151,6 +156,7 @@ def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML (for its name)")
 @click.option("--limit", help="only these devices: a device or group name, or label=value")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: str | None,
                  as_json: bool) -> None:
@@ -163,7 +169,8 @@ def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: 
         raise ConfigError("give exactly one of --app or --recipe", key="app")
     name = app or load_recipe(recipe).name
     chosen = load_fleet(fleet_file).select(limit)
-    rows = read_status(chosen, name, concurrency=chosen.rollout.concurrency)
+    with render.steps(f"reading {len(chosen.devices)} device(s)…"):
+        rows = read_status(chosen, name, concurrency=chosen.rollout.concurrency)
     if as_json:
         render.emit_json([r.model_dump(mode="json") for r in rows])
     else:
@@ -182,8 +189,10 @@ def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str |
     """Write an Ansible playbook + inventory doing the same staged rollout."""
     from edgekit.api.fleet import export_ansible
     written = export_ansible(fleet_file, recipe, out, limit=limit)
-    render.out.print(f"wrote {written.playbook} and {written.inventory}\n"
-                     f"run: ansible-playbook -i {written.inventory} {written.playbook}")
+    render.out.print(f"wrote {written.playbook}, {written.inventory} and {written.config}\n"
+                     f"run: {written.command()}\n"
+                     "(the devices need python3: Ansible's modules run on them)",
+                     markup=False, highlight=False, soft_wrap=True)
 
 
 @fleet.command("check-outputs")

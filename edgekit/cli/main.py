@@ -105,6 +105,9 @@ TRUST_PICKLE = click.option("--trust-pickle", is_flag=True,
 IDENTITY = click.option("--identity", type=click.Path(path_type=Path),
                         help="private key [default: the registered device's, else ~/.ssh/id_*]")
 HOST_HELP = "device: a registered name (e.g. lab-aarch64-1) or user@host[:port]"
+WIDE = click.option("--wide", is_flag=True, expose_value=False, is_eager=True,
+                    callback=lambda ctx, param, value: render.set_wide(value),
+                    help="tables at their natural width, nothing wrapped or abbreviated")
 ALLOW_UNSIGNED = click.option(
     "--allow-unsigned", is_flag=True,
     help="deploy even if the bundle is unsigned or its signer is not in allowed_signers "
@@ -128,6 +131,7 @@ ALLOW_UNSIGNED = click.option(
 @IDENTITY
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool,
           no_tuned: bool, compare_quantization: bool, host: str | None, identity: Path | None,
@@ -142,7 +146,7 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
                           "`edgekit deploy`)", key="host")
     if compare_quantization:
         from edgekit.api.compare_quantization import compare_quantization as compare
-        with render.err.status("building…") as status:
+        with render.steps("building…") as status:
             results = compare(options, say=status.update, host=host, identity=identity)
         if as_json:
             render.emit_json(render.quantization_comparison_json(results))
@@ -152,7 +156,7 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
     if as_json:
         render.emit_json(render.build_json(run_build(options)))
         return
-    with render.err.status("building…") as status:
+    with render.steps("building…") as status:
         result = run_build(options, on_stage=lambda name: status.update(f"{name}…"))
     render.build_summary(result)
 
@@ -168,7 +172,7 @@ def demo(recipe: Path | None, arch: str, target: str | None) -> None:
     """Start a lab device, deploy an example to it, validate on it, report, stop it."""
     from edgekit.api.demo import DEFAULT_RECIPE, run_demo
     try:
-        with render.err.status("starting…") as status:
+        with render.steps("starting…") as status:
             result = run_demo(recipe or DEFAULT_RECIPE, arch, target, on_stage=status.update)
     except ValidationFailed as exc:
         render.validation_table(exc.report)
@@ -179,9 +183,11 @@ def demo(recipe: Path | None, arch: str, target: str | None) -> None:
 
 @cli.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--local", is_flag=True, required=True,
-              help="run on this machine (device validation comes with `edgekit deploy`)")
+@click.option("--local", is_flag=True,
+              help="run on this machine: the only mode, accepted for old scripts (device "
+                   "validation comes with `edgekit deploy`)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def validate(bundle: Path, local: bool, as_json: bool) -> None:
     """Run a bundle's golden inputs and compare with its golden outputs."""
@@ -203,6 +209,7 @@ def targets() -> None:
 
 @targets.command("list")
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def targets_list(as_json: bool) -> None:
     """Every profile found (EDGEKIT_TARGETS_PATH, ./targets, built-in)."""
@@ -255,6 +262,7 @@ def schema(kind: str) -> None:
 @click.option("--target", default="host", show_default=True, help="target profile")
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
     """Which operators of MODEL (.onnx, .pt2, recipe .yaml or module:factory) make it through
@@ -287,6 +295,7 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 @ALLOW_UNSIGNED
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@WIDE
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
@@ -302,7 +311,7 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
         if as_json:
             result = run_deploy(options)
         else:
-            with render.err.status("deploying…") as status:
+            with render.steps("deploying…") as status:
                 result = run_deploy(options, on_stage=lambda n: status.update(f"{n}…"))
     except ValidationFailed as exc:
         # where it goes wrong: bisect needs the model source (a recipe), not only the bundle
@@ -327,18 +336,19 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
 @click.argument("host")
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def probe(host: str, identity: Path | None, as_json: bool) -> None:
     """What a device is: arch, CPU, memory, disk, OS, Vulkan, NPUs, runtimes."""
     from edgekit.device.probe import probe as run_probe
     from edgekit.transport import open_device
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
     if as_json:
         render.emit_json({"device": str(address), **info.model_dump(mode="json")})
     else:
-        render.probe_table(str(address), info)
+        render.probe_table(render.named(str(address)), info)
 
 
 @cli.command()
@@ -354,7 +364,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
     if target:
         from edgekit.config.profiles import load_target
         load_target(target)
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         address = conn.where
         result = run_provision(conn, run_probe(conn))
     state = (f"installed {len(result.uploaded)} file(s), {result.uploaded_bytes:,} bytes"
@@ -368,6 +378,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     """Releases of an app on a device, newest first; * marks current."""
@@ -375,13 +386,13 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     from edgekit.config.address import safe_name
     from edgekit.transport import open_device
     safe_name(app, "app")
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         infos = describe_releases(conn, app)
     if as_json:
         render.emit_json([vars(i) for i in infos])
         return
-    for i in infos:
-        render.out.print(f"{'*' if i.current else ' '} {i.release}  {i.target:<16} {i.created_at}")
+    from edgekit.config.devices import device_label
+    render.releases_table(device_label(host), app, infos)
 
 
 @cli.command()
@@ -402,7 +413,7 @@ def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None
     safe_name(app, "app")
     if to:
         safe_name(to, "release")
-    with open_device(host, identity) as conn:
+    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
         if needs_provisioning(info):
@@ -541,6 +552,7 @@ def bench() -> None:
 @ALLOW_UNSIGNED
 @click.option("--html", type=click.Path(path_type=Path), help="write an HTML report here")
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Path | None,
               threads: str, repetitions: int, warmup: int, rounds: int,
@@ -603,23 +615,42 @@ def _write_html(path: Path, results, comparisons) -> None:
 
 @bench.command("compare")
 @click.argument("ids", nargs=-1)
+@click.option("--force", is_flag=True, help="compare two results although they measure "
+              "different devices, apps, targets, thread counts or drivers")
+@WIDE
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def bench_compare(ids: tuple[str, ...], as_json: bool) -> None:
+def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
     """Two result ids (base, new), or none: each series' newest result against its previous
-    release. A regression is flagged only beyond the measured noise."""
-    from edgekit.device.history import compare, compare_latest, get
+    release. A regression is flagged only beyond the measured noise (exit 9). Nothing to
+    compare is said on stderr and exits 0: a first release has no baseline, which is no
+    failure of a pipeline that gates on regressions."""
+    from edgekit.device.history import compare, compare_latest, differences, get
     from edgekit.errors import ConfigError
     if len(ids) == 2:
-        comparisons = [compare(get(ids[0]), get(ids[1]))]
+        base, new = get(ids[0]), get(ids[1])
+        differ = differences(base, new)
+        if differ and not force:
+            raise ConfigError(f"results {base.id} and {new.id} measure different things "
+                              f"({'; '.join(differ)})", key="ids",
+                              hint="compare results of one device, app, target and thread "
+                                   "count, or pass --force")
+        comparisons = [compare(base, new)]
+        title = (f"{base.id} vs {new.id}" + (f" (forced: {'; '.join(differ)})" if differ
+                                               else ""))
     elif not ids:
         comparisons = compare_latest()
+        title = "newest result of each series against its previous release"
     else:
         raise ConfigError("give two result ids (base new) or none", key="ids")
     if as_json:
         render.emit_json([c.model_dump(mode="json") for c in comparisons])
+    elif not comparisons:
+        render.err.print("nothing to compare: no device, app and thread count has results of "
+                         "two releases (`edgekit bench history` lists the results)",
+                         highlight=False)
     else:
-        render.comparison_table(comparisons)
+        render.comparison_table(comparisons, title=title)
     regressions = [c for c in comparisons if c.regression]
     if regressions:
         raise BenchRegression(f"{len(regressions)} of {len(comparisons)} comparison(s) slower "
@@ -630,6 +661,7 @@ def bench_compare(ids: tuple[str, ...], as_json: bool) -> None:
 @bench.command("history")
 @click.option("--app", help="only this app")
 @click.option("--json", "as_json", is_flag=True)
+@WIDE
 @handle_errors
 def bench_history(app: str | None, as_json: bool) -> None:
     """Stored results, oldest first."""

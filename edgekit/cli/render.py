@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
     from edgekit.models.fleet import FleetDeviceStatus
@@ -17,6 +22,34 @@ if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
 
 out = Console()
 err = Console(stderr=True)
+wide = False     # --wide: tables at their natural width, nothing wrapped or abbreviated
+
+
+def set_wide(value: bool) -> None:
+    """`--wide`: the tables are printed unabbreviated, as wide as their content."""
+    global out, wide
+    if value:
+        wide = True
+        out = Console(width=max(400, out.width))
+
+
+def fitted_table(title: str, columns: list[tuple[str, str]], **kwargs) -> Table:
+    """A table that fits the terminal deliberately. Each column is (header, kind): "num" never
+    wraps (a cut number reads as another number), "text" folds onto more lines, "short" (names,
+    ids) wraps at its own spaces and folds long words. With --wide nothing wraps."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0),
+                  **kwargs)
+    for header, kind in columns:
+        table.add_column(header, justify="right" if kind == "num" else "left",
+                         no_wrap=kind == "num" or wide,
+                         overflow="fold" if kind != "num" else "ellipsis")
+    return table
+
+
+def named(where: str) -> str:
+    """A device by its registered name when it has one (user@host:port otherwise)."""
+    from edgekit.config.devices import device_label
+    return device_label(where)
 
 
 def emit_json(data) -> None:
@@ -37,7 +70,7 @@ def build_summary(result: BuildResult) -> None:
     note = " (fallback)" if fell_back else ""
     if m.lowering.note:
         note += f" — {m.lowering.note}"
-    out.print(f"  lowering: {m.lowering.used}{note} (requested {m.lowering.requested}); "
+    out.print(f"  lowering: {m.lowering.used}{note} ({requested_lowering(m)}); "
               f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
     if m.golden_reference:
         out.print(f"  golden outputs: {m.golden_reference}")
@@ -54,6 +87,14 @@ def build_summary(result: BuildResult) -> None:
         out.print(f"  stages: {stages}")
     if result.tar:
         out.print(f"  archive: {result.tar}")
+
+
+def requested_lowering(m) -> str:
+    """What the lowering was chosen by: a tuned build lowers with the tuned variant's lowering
+    although the recipe says `auto` (tuning applies to `auto` recipes only)."""
+    if m.tuning:
+        return f"auto; tuned variant {m.tuning.variant}"
+    return f"requested {m.lowering.requested}"
 
 
 def quantization_summary(q) -> None:
@@ -84,15 +125,14 @@ def quantization_summary(q) -> None:
 
 def quantization_comparison(results) -> None:
     """Size, accuracy vs fp32, compute and host latency per mode (`--compare-quantization`)."""
-    from rich.table import Table
     base = next((r for r in results if r.mode == "fp32" and r.bundle), None)
-    table = Table(title="quantization: does it pay off?", min_width=100)
-    for column in ("mode", "module", "size vs fp32", "min cosine", "max abs err", "top-1",
-                   "contractions", "p50 ms", "speed vs fp32"):
-        table.add_column(column, justify="left" if column == "mode" else "right")
+    table = fitted_table("quantization: does it pay off?", [
+        ("mode", "short"), ("module B", "num"), ("size", "num"), ("min cos", "num"),
+        ("max abs", "num"), ("top-1", "num"), ("compute", "short"), ("p50 ms", "num"),
+        ("speed", "num")])
     for r in results:
         if not r.bundle:
-            table.add_row(r.mode, f"[yellow]{r.status}[/]", *[""] * 7)
+            table.add_row(r.mode, "", "", "", "", "", f"[yellow]{r.status}[/]", "", "")
             continue
         q = r.quantization
         acc = q.accuracy.outputs[0] if q and q.accuracy else None
@@ -101,15 +141,18 @@ def quantization_comparison(results) -> None:
                                                          (c.f32, "f32")) if n) if c else "f32")
         speed = (f"{base.p50_ms / r.p50_ms:.2f}×" if base and base.p50_ms and r.p50_ms else "")
         table.add_row(
-            r.mode, f"{r.size:,} B", f"{r.size / base.size:.2f}×" if base else "",
+            r.mode, f"{r.size:,}", f"{r.size / base.size:.2f}×" if base else "",
             f"{acc.min_cosine:.6f}" if acc and acc.min_cosine is not None else
             "1" if not q else "n/a",
             f"{acc.max_abs_error:.3g}" if acc else "0" if not q else "n/a",
             f"{acc.top1_agreement:.1%}" if acc and acc.top1_agreement is not None else "",
             compute, f"{r.p50_ms:.4f}" if r.p50_ms else
-            "[red]invalid[/]" if r.status == "invalid" else "n/a (not runnable here)", speed)
+            "[red]invalid[/]" if r.status == "invalid" else "n/a", speed)
     out.print(table)
-    where = {r.measured_on for r in results if r.measured_on}
+    out.print("  size and speed against fp32; min cos, max abs and top-1: outputs against "
+              "fp32's; compute: contractions by input type; p50 n/a: not runnable here",
+              highlight=False)
+    where = {named(r.measured_on) for r in results if r.measured_on}
     if where:
         out.print(f"  latency: 1 thread, measured on {', '.join(sorted(where))}")
     for r in results:
@@ -134,9 +177,10 @@ def build_json(result: BuildResult) -> dict:
 
 
 def validation_table(report: ValidationReport) -> None:
-    table = Table(title=f"{report.app} on {report.where} ({report.target})")
-    for col in ("output", "shape", "max abs err", "max rel err", "cosine", "top-1", "result"):
-        table.add_column(col, justify="right" if col not in ("output", "result") else "left")
+    table = fitted_table(f"{report.app} on {escape(named(report.where))} ({report.target})",
+                         [("output", "short"), ("shape", "num"), ("max abs err", "num"),
+                          ("max rel err", "num"), ("cosine", "num"), ("top-1", "num"),
+                          ("result", "text")])
     for c in report.outputs:
         top1 = "-" if c.top1_agreement is None else f"{c.top1_agreement:.0%}"
         result = "[green]ok[/]" if c.ok else "[red]FAIL[/] " + "; ".join(c.problems)
@@ -156,7 +200,8 @@ def deploy_summary(result) -> None:
     state = (f"activated {result.release}" + (f" (was {result.previous})" if result.previous
                                               else "")
              if result.activated else f"{result.release} was already current")
-    out.print(f"[green]deployed[/] {result.app} to {result.device}: {state}; {moved}"
+    out.print(f"[green]deployed[/] {result.app} to {escape(named(result.device))}: {state}; "
+              f"{moved}"
               + ("; provisioned the runtime" if result.provisioned else "")
               + f" in {result.seconds:.2f} s")
     if result.pruned:
@@ -174,12 +219,14 @@ def deploy_json(result) -> dict:
 
 
 def probe_table(device: str, info) -> None:
-    table = Table(title=device, show_header=False)
-    table.add_column("key")
-    table.add_column("value")
+    table = fitted_table(escape(device), [("key", "short"), ("value", "text")],
+                         show_header=False)
+    from edgekit.device.probe import hwcap_features
     flags = " ".join(info.cpu_flags)
+    if not flags and hwcap_features(info):    # emulated: what the kernel says, not the host
+        flags = " ".join(hwcap_features(info)) + " (from AT_HWCAP)"
     rows = [("arch", info.arch), ("cpu", info.cpu_model or "-"), ("cpu part", info.cpu_part or "-"),
-            ("cpu features", flags[:100] + ("…" if len(flags) > 100 else "")),
+            ("cpu features", flags if wide else flags[:100] + ("…" if len(flags) > 100 else "")),
             ("cores", str(info.cores)), ("memory", f"{info.mem_kb // 1024} MiB"),
             ("free (.edgekit)", f"{info.free_kb // 1024} MiB"), ("os", info.os),
             ("glibc", info.glibc), ("vulkan", ", ".join(info.vulkan_devices) or "none"),
@@ -191,27 +238,88 @@ def probe_table(device: str, info) -> None:
     out.print(table)
 
 
+class _Lines:
+    """A status that, with stderr not a terminal (piped, in CI), prints each new step as a line
+    instead of animating nothing."""
+
+    def __init__(self, text: str):
+        self._last = ""
+        self.update(text)
+
+    def update(self, text: str) -> None:
+        if text and text != self._last:
+            self._last = text
+            err.print(f"edgekit: {text}", highlight=False, soft_wrap=True)
+
+
+class _Silent:
+    def update(self, text: str) -> None:
+        pass
+
+
+def progress_mode() -> str:
+    """EDGEKIT_PROGRESS: `auto` (a spinner or bar on a terminal, a line per step when stderr
+    is piped), `lines`, or `none` (for scripts that parse stderr)."""
+    mode = os.environ.get("EDGEKIT_PROGRESS", "auto")
+    if mode == "auto":
+        return "live" if err.is_terminal else "lines"
+    return mode if mode in ("lines", "none") else "live"
+
+
+@contextlib.contextmanager
+def steps(text: str):
+    """The progress of a long command (see `progress_mode`). Yields an object with
+    `.update(text)`."""
+    mode = progress_mode()
+    if mode == "live":
+        with err.status(text) as status:
+            yield status
+    else:
+        yield _Lines(text) if mode == "lines" else _Silent()
+
+
+class _Count(ProgressColumn):
+    """done/total, empty until a total is known (never "0/None")."""
+
+    def render(self, task) -> Text:
+        return Text("" if task.total is None else f"{task.completed:g}/{task.total:g}")
+
+
 def with_progress(work):
-    """Run work(progress) with a progress bar; progress(description, done, total)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total}"), TimeElapsedColumn(), console=err) as bar:
-        task = bar.add_task("starting", total=None)
+    """Run work(progress) with a progress bar; progress(description, done, total). Piped: a
+    line per new description."""
+    mode = progress_mode()
+    if mode != "live":
+        lines = _Lines("") if mode == "lines" else _Silent()
+        return work(lambda description, done, total: lines.update(
+            f"{description} ({done}/{total})" if total else description))
+    with Progress(TextColumn("{task.description}"), BarColumn(), _Count(), TimeElapsedColumn(),
+                  console=err) as bar:
+        task = bar.add_task("connecting…", total=None)
 
         def progress(description: str, done: int, total: int) -> None:
             bar.update(task, description=description, completed=done, total=total)
         return work(progress)
 
 
+def releases_table(device: str, app: str, infos) -> None:
+    """`edgekit releases`: newest first, * = current."""
+    table = fitted_table(f"{app} on {device}", [("", "short"), ("release", "short"),
+                                                ("target", "short"), ("created", "short")])
+    for i in infos:
+        table.add_row("*" if i.current else "", i.release, escape(i.target), i.created_at)
+    out.print(table)
+    if not infos:
+        out.print(f"no releases of {app} on {device}")
+
+
 def bench_table(results, with_ids: bool = False) -> None:
     """Side by side: one row per app × threads, one column group per device."""
     devices = list(dict.fromkeys(r.device for r in results))
     rows = list(dict.fromkeys((r.app, r.config.get("threads")) for r in results))
-    table = Table(title="p50 / p90 / p99 ms per call (calls/s, peak RSS)")
-    table.add_column("app")
-    table.add_column("threads", justify="right")
-    for device in devices:
-        table.add_column(device, justify="right")
+    table = fitted_table("p50 / p90 / p99 ms per call (calls/s, peak RSS)",
+                         [("app", "short"), ("thr", "num")] + [(escape(d), "short")
+                                                              for d in devices])
     latest = {(r.device, r.app, r.config.get("threads")): r for r in results}
     for app, threads in rows:
         cells = []
@@ -233,18 +341,20 @@ def bench_table(results, with_ids: bool = False) -> None:
                       + "; ".join(r.unreliable_reasons))
 
 
-def comparison_table(comparisons) -> None:
+def comparison_table(comparisons, title: str = "against the previous release") -> None:
     if not comparisons:
         return
-    table = Table(title="against the previous release")
-    for col in ("device", "app", "threads", "release", "p50 ms", "change", "noise", "verdict"):
-        table.add_column(col)
+    sep = " → " if wide else "\n→ "   # base over new: two short lines instead of one long
+    table = fitted_table(title, [("device", "short"), ("app", "short"), ("thr", "num"),
+                                 ("release", "short"), ("p50 ms", "num"), ("change", "num"),
+                                 ("noise", "num"), ("verdict", "short")])
+    cut = (lambda r: r) if wide else (lambda r: r[:8])
     for c in comparisons:
         verdict = ("[red]REGRESSION[/]" if c.regression else
                    "[green]improvement[/]" if c.improvement else "within noise")
-        table.add_row(c.device, c.app, str(c.config.get("threads")),
-                      f"{c.base_release[:8]} → {c.new_release[:8]}",
-                      f"{c.base_p50_ms:.3f} → {c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
+        table.add_row(escape(c.device), escape(c.app), str(c.config.get("threads")),
+                      f"{cut(c.base_release)}{sep}{cut(c.new_release)}",
+                      f"{c.base_p50_ms:.3f}{sep}{c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
                       f"±{c.noise_pct:.1f}%", verdict)
     out.print(table)
 
@@ -281,18 +391,35 @@ FLEET_COLOURS = {"updated": "green", "unchanged": "green", "failed": "red",
 
 
 def fleet_result(result) -> None:
-    table = Table(title=f"rollout {result.id}: {result.app} — {result.status} "
-                        f"in {result.seconds:.1f} s")
-    for col in ("wave", "device", "target", "result", "p90 before", "p90 after", "seconds",
-                "reason"):
-        table.add_column(col, justify="right" if col.startswith(("p90", "sec", "wave"))
-                         else "left")
+    """The rollout, one row per device. The latency gate column is the figure the gate decided
+    on: the median per-round p90 ratio (new / replaced release), its range over the rounds and
+    the limit. At terminal width the reasons follow the table, one line per device, instead of
+    wrapping a narrow column onto many lines (--wide: a column, with the p90s)."""
+    title = (f"rollout {result.id}: {result.app} — {result.status} in {result.seconds:.1f} s")
+    columns = [("wave", "num"), ("device", "short"), ("target", "short"), ("result", "short"),
+               ("latency gate", "num"), ("s", "num")]
+    if wide:
+        columns[-1:-1] = [("p90 before", "num"), ("p90 after", "num")]
+        columns.append(("reason", "text"))
+    table = fitted_table(title, columns)
     for d in result.devices:
         colour = FLEET_COLOURS.get(d.status, "white")
-        table.add_row(str(d.wave), d.device, d.target, f"[{colour}]{d.status}[/]",
-                      _ms(d.p90_before_ms), _ms(d.p90_after_ms), f"{d.seconds:.1f}",
-                      escape(d.reason))
+        row = [str(d.wave), escape(d.device), escape(d.target), f"[{colour}]{d.status}[/]",
+               gate_figure(d)]
+        if wide:
+            row += [_ms(d.p90_before_ms), _ms(d.p90_after_ms)]
+        row.append(f"{d.seconds:.1f}")
+        if wide:
+            row.append(escape(d.reason))
+        table.add_row(*row)
     out.print(table)
+    if any(d.p90_ratio is not None for d in result.devices):
+        out.print("  latency gate: the median over the rounds of new p90 / replaced release's "
+                  "p90, \\[its range], against the limit", highlight=False)
+    if not wide:
+        for d in result.devices:
+            if d.reason:
+                out.print(f"  {escape(d.device)}: {escape(d.reason)}", highlight=False)
     for w in result.waves:
         state = "[red]halted[/]" if w.halted else "[green]passed[/]" if w.complete \
             else "[yellow]incomplete[/]"
@@ -303,23 +430,44 @@ def fleet_result(result) -> None:
         out.print(f"[red]halt[/]: {escape(result.halt_reason)}; rollback: {result.rolled_back}")
 
 
+def gate_figure(d) -> str:
+    """×ratio [low–high] ≤/> ×limit, or "-" when no gate ran."""
+    if d.p90_ratio is None:
+        return "-"
+    spread = (f" [{d.p90_ratio_range[0]:.2f}–{d.p90_ratio_range[1]:.2f}]"
+              if d.p90_ratio_range else "")
+    verdict = (">" if d.p90_ratio_limit and d.p90_ratio > d.p90_ratio_limit else "≤")
+    limit = f" {verdict} ×{d.p90_ratio_limit:g}" if d.p90_ratio_limit else ""
+    return escape(f"×{d.p90_ratio:.2f}{spread}{limit}")
+
+
 def _ms(value) -> str:
     return "-" if value is None else f"{value:.3f} ms"
 
 
 def fleet_status_table(app: str, rows: list[FleetDeviceStatus]) -> None:
-    table = Table(title=f"fleet status: {app}")
-    for col in ("device", "address", "target", "current", "built for", "runtime",
-                "last validation"):
-        table.add_column(col)
+    """At terminal width: devices by name, releases by their first 8 characters, times to the
+    minute, and why a device is unreachable below the table (--wide: addresses and everything
+    whole)."""
+    cut = (lambda r: r) if wide else (lambda r: r[:8])
+    columns = [("device", "short"), ("target", "short"), ("current", "short"),
+               ("built for", "short"), ("runtime", "short"), ("last validation", "short")]
+    if wide:
+        columns.insert(1, ("address", "short"))
+    table = fitted_table(f"fleet status: {app}", columns)
+    notes = []
     for r in rows:
+        lead = [escape(r.device)] + ([escape(r.address)] if wide else []) + [escape(r.target)]
         if not r.reachable:
-            table.add_row(r.device, r.address, r.target,
-                          f"[red]unreachable[/] {escape(r.error)}", "", "", "")
+            table.add_row(*lead, "[red]unreachable[/]", "", "", "")
+            notes.append(f"  {escape(r.device)} ({escape(r.address)}): {escape(r.error)}")
             continue
         v = r.last_validation
+        at = v.at if v is None or wide else v.at[:16].replace("T", " ")
         checked = "-" if v is None else \
-            f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {v.release} {v.at}"
-        table.add_row(r.device, r.address, r.target, r.current or "-",
-                      r.built_for or "-", r.runtime or "-", checked)
+            f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {cut(v.release)} {at}"
+        table.add_row(*lead, cut(r.current) if r.current else "-", r.built_for or "-",
+                      r.runtime or "-", checked)
     out.print(table)
+    for line in notes:
+        out.print(line, highlight=False)

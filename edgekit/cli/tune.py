@@ -6,10 +6,9 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from edgekit.cli import render
-from edgekit.cli.main import HOST_HELP, cli, handle_errors
+from edgekit.cli.main import HOST_HELP, WIDE, cli, handle_errors
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
@@ -29,6 +28,7 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 @click.option("--repetitions", default=30, show_default=True,
               help="measured calls per candidate and thread count")
 @click.option("--no-cache", is_flag=True, help="rebuild the candidates")
+@WIDE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
@@ -50,35 +50,58 @@ def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
     if as_json:
         render.emit_json(run_tune(options).model_dump(mode="json"))
         return
-    with render.err.status("tuning…") as status:
+    with render.steps("tuning…") as status:
         record = run_tune(options, on_progress=lambda text: status.update(escape(text)))
     tuning_table(record)
 
 
 def tuning_table(record) -> None:
-    table = Table(title=f"tuning {record.app} for {record.target} (measured on "
-                        f"{record.measured_on})")
-    for col in ("variant", "threads", "p50 ms", "speed-up", "module", "result"):
-        table.add_column(col, justify="right" if col in ("threads", "p50 ms", "speed-up",
-                                                         "module") else "left")
-    # against the untuned build at the same thread count
-    defaults = {c.threads: c.p50_ms for c in record.candidates
+    """Candidates fastest first; the speed-up is against the untuned build at the same thread
+    count, paired round by round, with its noise. At terminal width the failures' reasons
+    follow the table (--wide: in it)."""
+    from edgekit.tune.tuner import paired_gain
+    table = render.fitted_table(
+        f"tuning {record.app} for {record.target} (measured on {record.measured_on})",
+        [("variant", "short"), ("thr", "num"), ("p50 ms", "num"), ("time Δ", "num"),
+         ("module B", "num"), ("result", "text" if render.wide else "short")])
+    defaults = {c.threads: c for c in record.candidates
                 if c.variant == record.default_variant and c.p50_ms}
+    notes = []
     for c in record.candidates:
-        chosen = c == record.chosen
         base = defaults.get(c.threads)
-        ratio = f"×{base / c.p50_ms:.2f}" if c.p50_ms and base else "-"
+        paired = paired_gain(c, base) if base is not None and c is not base else None
+        # as a change of time like `bench compare`'s: + is slower than the untuned build
+        ratio = (f"{-paired[0]:+.1f}% ±{paired[1]:.1f}" if paired else
+                 "untuned" if c is base else "-")
         if c.status != "ok":
-            result = f"[red]{c.status}[/] {escape(c.reason[:120])}"
+            result = f"[red]{c.status}[/]"
+            if render.wide:
+                result += f" {escape(c.reason)}"
+            else:
+                notes.append(f"  {escape(c.variant)} ({c.threads}t) {c.status}: "
+                             f"{escape(c.reason)}")
         else:   # an ok candidate's reason says whose measurement it shares
-            result = ("[bold green]chosen[/]" if chosen else "[green]ok[/]") + \
+            result = ("[bold green]chosen[/]" if c == record.chosen else "[green]ok[/]") + \
                 (f" ({escape(c.reason)})" if c.reason else "")
-        table.add_row(c.variant, str(c.threads), "-" if c.p50_ms is None else f"{c.p50_ms:.4f}",
-                      ratio, f"{c.module_bytes:,}" if c.module_bytes else "-", result)
+        table.add_row(escape(c.variant), str(c.threads),
+                      "-" if c.p50_ms is None else f"{c.p50_ms:.4f}", ratio,
+                      f"{c.module_bytes:,}" if c.module_bytes else "-", result)
     render.out.print(table)
+    render.out.print("  time Δ: p50 time against the untuned build, median over the paired "
+                     "rounds ± its standard error (- is faster); a variant is taken when "
+                     "faster by more than 3% and the noise", highlight=False)
+    for line in notes:
+        render.out.print(line, highlight=False)
     c = record.chosen
     if c.variant == record.default_variant:
-        speedup = " (the untuned build: no variant beat it round by round)"
+        speedup = " (the untuned build: " + (
+            f"the fastest, {record.fastest}, was {record.gain_pct:.1f}% ±{record.noise_pct:.1f}"
+            "% faster: not beyond 3% and the noise)" if record.gain_pct is not None and
+            record.fastest and not record.fastest.startswith(c.variant + " ") else
+            "no variant beat it round by round)")
+    elif record.gain_pct is not None:
+        speedup = (f", {record.gain_pct:.1f}% ±{record.noise_pct:.1f}% faster than the untuned "
+                   f"{record.default_variant}")
     else:
         speedup = f", ×{record.default_p50_ms / c.p50_ms:.2f} faster than the untuned " \
             f"{record.default_variant}" if record.default_p50_ms else ""

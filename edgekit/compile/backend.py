@@ -11,9 +11,13 @@ inspect.py).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
+import sys
 import tempfile
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +53,27 @@ def edgekit_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | No
     if all(isinstance(a, torch.Tensor) and not _symbolic(a) for a in example_inputs):
         graph.variant_for(list(example_inputs))  # compile now, as users expect from a backend
     return graph
+
+
+_SHOWN_WARNINGS: set[tuple[type, str]] = set()
+
+
+@contextlib.contextmanager
+def _warnings_once():
+    """Dependencies' warnings (torch's FutureWarnings) shown once per process, not once per
+    compiled shape: torch's own catch_warnings blocks reset the usual once-per-place registry."""
+    with warnings.catch_warnings(record=True) as caught:
+        yield
+    for w in caught:
+        key = (w.category, str(w.message))
+        if key not in _SHOWN_WARNINGS:
+            _SHOWN_WARNINGS.add(key)
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _signature(arg) -> tuple:
@@ -125,6 +150,20 @@ class CompiledGraph:
         return self.variants[signature]
 
     def _compile(self, signature: tuple, args: list) -> Variant:
+        # the first call of a shape exports, lowers and compiles (tens of seconds on a first
+        # run): say so on stderr rather than leave the caller looking at a silent call
+        shapes = ", ".join("×".join(map(str, a.shape)) for a in args
+                           if isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Parameter))
+        _say(f"edgekit: torch.compile graph {self.index} ({shapes or 'no tensor inputs'}) for "
+             f"{self.target.name}: export → torch-mlir → IREE…")
+        started = time.perf_counter()
+        with _warnings_once():
+            variant = self._compile_variant(signature, args)
+        _say(f"edgekit: torch.compile graph {self.index} ready in "
+             f"{time.perf_counter() - started:.1f} s")
+        return variant
+
+    def _compile_variant(self, signature: tuple, args: list) -> Variant:
         concrete = [int(a) if isinstance(a, torch.SymInt) else a for a in args]
         module = _Specialized(self.gm, concrete)
         positions = tuple(i for i, a in enumerate(concrete) if not _is_fixed(a))

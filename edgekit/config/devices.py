@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgekit.config.paths import edgekit_home
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
-from edgekit.errors import AuthFailed
+from edgekit.errors import ConfigError
 from edgekit.config.address import DeviceAddress, parse_address
 
 
@@ -34,11 +34,31 @@ def save_registry(entries: dict[str, DeviceEntry]) -> None:
     save_model_map(registry_path(), entries)
 
 
+def device_label(host: str) -> str:
+    """How results name the device `host` designates: its registered name (also when given by
+    an address a registered device has), else the address as given."""
+    registry = load_registry()
+    if host in registry:
+        return host
+    try:
+        address = parse_address(host)
+    except ConfigError:
+        return host
+    entry = next((e for e in registry.values() if parse_address(e.address) == address), None)
+    return entry.name if entry else host
+
+
 def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddress, Path]:
     """`--host` (a registered name or user@host[:port]) + optional `--identity` → where to
     connect and with which key."""
     registry = load_registry()
     entry = registry.get(host)
+    if entry is None and "@" not in host and "." not in host and ":" not in host:
+        # a bare word is a device name, never a host name to log in to as root
+        known = ", ".join(sorted(registry)) or "none (`edgekit lab up` registers lab devices)"
+        raise ConfigError(f"unknown device {host!r}; registered devices: {known}", key="host",
+                          hint="name a registered device (`edgekit devices list`) or give "
+                               "user@host[:port]")
     address = parse_address(entry.address if entry else host)
     if entry is None:
         entry = next((e for e in registry.values() if parse_address(e.address) == address), None)
@@ -50,5 +70,8 @@ def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddre
         path = Path.home() / ".ssh" / candidate
         if path.is_file():
             return address, path
-    raise AuthFailed("no identity to log in with", where=str(address),
-                     hint="pass --identity PATH (a private key the device accepts)")
+    # nothing was tried: a configuration gap, not a refusal by the device
+    raise ConfigError("no identity to log in with (no --identity, no registered key, no "
+                      "~/.ssh/id_ed25519, id_ecdsa or id_rsa); nothing was sent to the device",
+                      where=str(address), key="identity",
+                      hint="pass --identity PATH (a private key the device accepts)")

@@ -284,7 +284,10 @@ def load_recipe(path: str | Path) -> Recipe:
     recipe._path = path
     quantize = recipe.quantize
     calibration = quantize.calibration if quantize else None
+    factory_file = (recipe.model.python or "").rpartition(":")[0]
     files = (("model.exported", recipe.model.exported), ("model.onnx", recipe.model.onnx),
+             # a factory's .py file like the other model files: a config error (exit 2)
+             ("model.python", factory_file if factory_file.endswith(".py") else None),
              ("samples", recipe.samples),
              ("quantize.calibration",
               calibration if calibration and calibration.endswith(".npz") else None),

@@ -190,8 +190,11 @@ def _fields_at(model: type[pydantic.BaseModel], loc: Loc) -> list[str]:
     optionals, so an unknown-key error can list the choices."""
     current: Any = model
     for part in loc:
-        current = _unwrap(current, skip_containers=isinstance(part, int))
-        if isinstance(part, int):
+        # a list item's index, or a key of a mapping of models (fleet.yaml's `devices: {name:
+        # …}`), steps into the item type
+        keyed = typing.get_origin(_unwrap(current, skip_containers=False)) is dict
+        current = _unwrap(current, skip_containers=isinstance(part, int) or keyed)
+        if isinstance(part, int) or keyed:
             continue
         if not (isinstance(current, type) and issubclass(current, pydantic.BaseModel)):
             return []

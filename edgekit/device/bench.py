@@ -18,7 +18,9 @@ import numpy as np
 
 from edgekit.config.address import safe_name
 from edgekit.device import layout
-from edgekit.device.deploy import deploy_bundle
+from edgekit.config.devices import device_label
+from edgekit.config.profiles import Target
+from edgekit.device.deploy import deploy_bundle, preflight_target
 from edgekit.device.history import store
 from edgekit.device.probe import SHIMS, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
@@ -65,6 +67,15 @@ def run_bench(options: BenchOptions,
         check_signature(bundle, options.allow_unsigned)
     app = safe_name(bundle.manifest.app if bundle else options.app, "app")
     total = len(options.hosts) * len(options.threads) * options.rounds
+    if len(options.hosts) > 1:
+        # every device answers before the first one's rounds (minutes) begin
+        for host in options.hosts:
+            if on_progress:
+                on_progress(f"{host}: connecting", 0, total)
+            with open_device(host, options.identity) as conn:
+                if bundle is not None:
+                    preflight_target(conn, Target.model_validate(
+                        bundle.manifest.target_profile))
     done = 0
     results: list[BenchResult] = []
     for host in options.hosts:
@@ -88,7 +99,7 @@ def run_bench(options: BenchOptions,
             for round_index in range(options.rounds):
                 for threads in configs:
                     if on_progress:
-                        on_progress(f"{conn.where}: {threads} thread(s), round "
+                        on_progress(f"{device_label(host)}: {threads} thread(s), round "
                                     f"{round_index + 1}/{options.rounds}", done, total)
                     config = RoundConfig(repetitions=per_round, threads=threads,
                                          warmup=options.warmup)
@@ -96,7 +107,7 @@ def run_bench(options: BenchOptions,
                     done += 1
             for threads in configs:
                 result = summarize(conn, info.arch, app, release, manifest, threads,
-                                   runs[threads], options)
+                                   runs[threads], options, device=device_label(host))
                 store(result)
                 results.append(result)
     if on_progress:
@@ -183,7 +194,8 @@ def bench_round(conn: Transport, arch: str, release: str, manifest: Manifest,
 
 
 def summarize(conn: Transport, arch: str, app: str, release: str, manifest: Manifest,
-              threads: int, rounds: list[RoundRun], options: BenchOptions) -> BenchResult:
+              threads: int, rounds: list[RoundRun], options: BenchOptions,
+              device: str | None = None) -> BenchResult:
     latency = latency_stats([s for r in rounds for s in r.samples_ms],
                             [float(np.median(r.samples_ms)) for r in rounds])
     before, after = rounds[0].before, rounds[-1].after
@@ -194,7 +206,7 @@ def summarize(conn: Transport, arch: str, app: str, release: str, manifest: Mani
     return BenchResult(
         id=f"{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}",
         created_at=now.isoformat(timespec="seconds"),
-        device=conn.where, device_arch=arch, app=app, release=release,
+        device=device or conn.where, device_arch=arch, app=app, release=release,
         target=manifest.target,
         config={"threads": threads, "driver": manifest.runtime_driver,
                 "repetitions": options.repetitions, "warmup": options.warmup,

@@ -27,6 +27,7 @@ import numpy as np
 
 from edgekit.config.address import safe_name
 from edgekit.config.recipe import Hooks
+from edgekit.config.profiles import Target
 from edgekit.device import layout, preflight
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
@@ -63,6 +64,20 @@ class DeployResult:
     signer: str | None = None       # who signed the bundle (None: deployed --allow-unsigned)
     variant: str | None = None      # the CPU variant this device runs (None: the baseline)
     variants_skipped: tuple[str, ...] = ()  # variants passed over, and why
+
+
+def preflight_target(conn: Transport, target: Target) -> DeviceInfo:
+    """Before a build for `target`: the device answers, and can run `target`'s code (the same
+    checks as a bundle's preflight, less the free space the build's size decides)."""
+    info = probe(conn)
+    found = preflight.target_problems(target, info)
+    if found:
+        fits = preflight.fitting_targets(info, backend=target.backend) or \
+            preflight.fitting_targets(info)
+        raise DeviceIncompatible("; ".join(found), where=conn.where,
+                                 hint=f"nothing was built or uploaded; targets that fit this "
+                                      f"device: {', '.join(fits) or 'none known'}")
+    return info
 
 
 def release_id(bundle: Bundle) -> str:

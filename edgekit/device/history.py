@@ -96,6 +96,19 @@ def compare(base: BenchResult, new: BenchResult) -> Comparison:
                       improvement=delta < -noise)
 
 
+def differences(base: BenchResult, new: BenchResult) -> list[str]:
+    """What makes two results measure different things (device, app, target, threads,
+    driver): each as `what: base vs new`. Empty: they are comparable."""
+    found = []
+    for what, a, b in (("device", base.device, new.device), ("app", base.app, new.app),
+                       ("target", base.target, new.target),
+                       ("threads", base.config.get("threads"), new.config.get("threads")),
+                       ("driver", series_key(base)[3], series_key(new)[3])):
+        if a != b:
+            found.append(f"{what} {a} vs {b}")
+    return found
+
+
 def compare_latest() -> list[Comparison]:
     """For each series' newest result: against the newest result of its previous release."""
     history = load_history()

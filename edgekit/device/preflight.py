@@ -11,16 +11,29 @@ MIN_GLIBC = (2, 28)  # the IREE runtime wheels the device tools come from are ma
 
 def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[str]:
     """Reasons the device cannot run the bundle (empty: it can)."""
+    found = target_problems(Target.model_validate(manifest.target_profile), info,
+                            arch=manifest.arch, bundle=True)
+    if info.free_kb and info.free_kb * 1024 < payload_bytes * 1.2:
+        found.append(f"only {info.free_kb // 1024} MiB free under .edgekit; the upload needs "
+                     f"{payload_bytes * 1.2 / 2**20:.1f} MiB")
+    return found
+
+
+def target_problems(profile: Target, info: DeviceInfo, arch: str | None = None,
+                    bundle: bool = False) -> list[str]:
+    """Reasons the device cannot run code built for `profile`: known before anything is built
+    (`deploy --recipe` asks before building)."""
     found: list[str] = []
-    profile = Target.model_validate(manifest.target_profile)
-    if manifest.backend == "llvm-cpu" and manifest.arch != info.arch:
-        found.append(f"the bundle is {manifest.arch} code ({manifest.target}) and the device "
-                     f"is {info.arch}")
-    if profile.cpu is not None and manifest.arch == info.arch:
+    arch = arch or profile.arch
+    if profile.backend == "llvm-cpu" and arch != info.arch:
+        found.append(f"the bundle is {arch} code ({profile.name}) and the device is {info.arch}"
+                     if bundle else f"target {profile.name} builds {arch} code and the device "
+                                    f"is {info.arch}")
+    if profile.cpu is not None and arch == info.arch:
         wanted = [f.lstrip("+") for f in profile.cpu.features.split(",") if f.startswith("+")]
         for feature in wanted:
             if info.has_cpu_feature(feature) is False:
-                found.append(f"the device's CPU lacks '{feature}', which {manifest.target} "
+                found.append(f"the device's CPU lacks '{feature}', which {profile.name} "
                              "code uses")
     if profile.vulkan is not None:
         found += vulkan_problems(profile, info)
@@ -28,9 +41,6 @@ def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[s
     if glibc and glibc < MIN_GLIBC:
         found.append(f"glibc {info.glibc} is older than {'.'.join(map(str, MIN_GLIBC))}, which "
                      "the IREE runtime tools need")
-    if info.free_kb and info.free_kb * 1024 < payload_bytes * 1.2:
-        found.append(f"only {info.free_kb // 1024} MiB free under .edgekit; the upload needs "
-                     f"{payload_bytes * 1.2 / 2**20:.1f} MiB")
     return found
 
 

@@ -55,6 +55,13 @@ class DeviceInfo(Frozen):
         return CPUINFO_NAME.get(feature, feature.replace("-", "_")) in self.cpu_flags
 
 
+def hwcap_features(info: DeviceInfo) -> tuple[str, ...]:
+    """The LLVM feature names the arm64 AT_HWCAP/AT_HWCAP2 bits say the CPU has."""
+    if info.arch != "aarch64":
+        return ()
+    return tuple(f for f in ARM64_HWCAP if info.has_cpu_feature(f))
+
+
 def _flags_match_arch(flags: tuple[str, ...], arch: str) -> bool:
     # Under qemu user emulation /proc/cpuinfo is the host's: x86 flags on an aarch64 device.
     x86 = "sse2" in flags
@@ -80,6 +87,13 @@ def parse_probe(text: str) -> DeviceInfo:
             fields[key] = int(value) if value.isdigit() else 0
         elif key in DeviceInfo.model_fields:
             fields[key] = value
+    flags, arch = fields.get("cpu_flags", ()), fields.get("arch", "")
+    if flags and arch and not _flags_match_arch(flags, arch):
+        # user-mode emulation (qemu): /proc/cpuinfo describes the host; the CPU the device's
+        # programs see is only known from the kernel's auxiliary vector (AT_HWCAP)
+        host = fields.get("cpu_model") or "another CPU"
+        fields.update(cpu_model=f"emulated {arch} (/proc/cpuinfo describes the host: {host})",
+                      cpu_flags=(), cpu_part="")
     try:
         return DeviceInfo.model_validate(fields)
     except pydantic.ValidationError as exc:  # a device that printed something unexpected

@@ -51,6 +51,18 @@ class AnsibleExport:
     playbook: Path
     inventory: Path
 
+    @property
+    def config(self) -> Path:
+        return self.directory / "ansible.cfg"
+
+    def command(self) -> str:
+        """The shell command that runs the export from any directory: Ansible reads an
+        ansible.cfg only from the working directory or ANSIBLE_CONFIG, and without ours it
+        neither knows the pinned host keys nor the forks."""
+        import shlex
+        return (f"ANSIBLE_CONFIG={shlex.quote(str(self.config))} ansible-playbook -i "
+                f"{shlex.quote(str(self.inventory))} {shlex.quote(str(self.playbook))}")
+
 
 def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
                    build_for: Callable[[str], Bundle],

@@ -166,7 +166,8 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
                                           if state.halt else ""))
             continue
         fields = done.model_dump(include={"status", "reason", "failure", "previous",
-                                          "p90_before_ms", "p90_after_ms", "seconds"})
+                                          "p90_before_ms", "p90_after_ms", "p90_ratio",
+                                          "p90_ratio_range", "p90_ratio_limit", "seconds"})
         rollback = state.rollbacks.get(device.name)
         if rollback:
             fields.update(status=rollback.status, reason=rollback.reason)

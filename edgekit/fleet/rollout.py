@@ -32,7 +32,9 @@ from edgekit.config.fleet import Fleet, RolloutPolicy, load_fleet
 from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round, remote_manifest
-from edgekit.device.deploy import Gate, deploy_bundle, release_id, restore_release
+from edgekit.config.profiles import load_target
+from edgekit.device.deploy import (Gate, deploy_bundle, preflight_target, release_id,
+                                   restore_release)
 from edgekit.device.probe import DeviceInfo
 from edgekit.device.provision import shim_version
 from edgekit.device.releases import current_release
@@ -41,7 +43,8 @@ from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
 from edgekit.models.bundle import Bundle, load_bundle
-from edgekit.models.events import (BuildStarted, DeviceDone, DeviceRolledBack, DeviceStarted,
+from edgekit.models.events import (BuildStarted, DeviceDone, DevicePreflight,
+                                   DeviceRolledBack, DeviceStarted,
                                    DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
                                    RolloutResumed, RolloutStarted, WaveDone, WaveStarted)
 from edgekit.models.fleet import FleetResult, RolloutPlan
@@ -86,6 +89,7 @@ def update(options: UpdateOptions, build_for: BuildFor,
     directory = jr.rollouts_dir() / rollout_id
     directory.mkdir(parents=True)
     try:
+        _preflight_all(fleet, policy.concurrency, on_event)
         bundles, releases = _build_per_target(build_for, fleet, directory, on_event)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)   # nothing was planned: leave no trace
@@ -123,6 +127,31 @@ def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> F
 def rollout_result(rollout_id: str | None = None) -> FleetResult:
     directory = jr.find_rollout(rollout_id, unfinished=False)
     return jr.result_of(jr.load_plan(directory), jr.replay(jr.read_events(directory)), directory)
+
+
+def _preflight_all(fleet: Fleet, concurrency: int, on_event: Progress | None) -> None:
+    """Reach every device and check it can run its target before building anything (seconds,
+    not minutes). When none can, the rollout stops here; otherwise the ones that cannot are
+    reported now and fail in their wave, counted against max_fail as always."""
+    def check(device) -> str:
+        try:
+            identity = Path(device.identity) if device.identity else None
+            with open_device(device.address, identity) as conn:
+                preflight_target(conn, load_target(device.target))
+            return ""
+        except EdgekitError as exc:
+            return f"{type(exc).__name__}: {exc.what}"
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="preflight") as pool:
+        reasons = list(pool.map(check, fleet.devices))
+    for device, reason in zip(fleet.devices, reasons):
+        if on_event:
+            on_event(DevicePreflight(device=device.name, ok=not reason, reason=reason))
+    if reasons and all(reasons):
+        raise ConfigError(f"no device of the fleet can take the release: {reasons[0]} "
+                          f"({fleet.devices[0].name})" + (f" and {len(reasons) - 1} more"
+                                                          if len(reasons) > 1 else ""),
+                          key="devices", hint="nothing was built; check the addresses and "
+                                              "keys (`edgekit fleet status`)")
 
 
 def _build_per_target(build_for: BuildFor, fleet: Fleet, directory: Path,
@@ -222,7 +251,10 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
                              failure=failure, previous=previous,
                              seconds=round(time.perf_counter() - started, 2),
                              p90_before_ms=measured.get("p90_before_ms"),
-                             p90_after_ms=measured.get("p90_after_ms")))
+                             p90_after_ms=measured.get("p90_after_ms"),
+                             p90_ratio=measured.get("ratio"),
+                             p90_ratio_range=measured.get("ratio_range"),
+                             p90_ratio_limit=plan.policy.max_p90_ratio if measured else None))
 
 
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
@@ -284,6 +316,7 @@ def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
     return {"p90_before_ms": round(float(np.percentile(sum(before, []), 90)), 4),
             "p90_after_ms": round(float(np.percentile(sum(after, []), 90)), 4),
             "ratio": round(median, 3), "rounds_over": over,
+            "ratio_range": (round(min(ratios), 3), round(max(ratios), 3)),
             "regressed": median > max_ratio and over >= needed}
 
 

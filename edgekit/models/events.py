@@ -27,6 +27,16 @@ class BuildStarted(_Event):
     target: str
 
 
+class DevicePreflight(_Event):
+    """Before the builds: a device answered and can run its target, or not and why (progress
+    only: not journaled; a device that failed here fails again in its wave)."""
+
+    event: Literal["preflight"] = "preflight"
+    device: str
+    ok: bool
+    reason: str = ""
+
+
 class RolloutStarted(_Event):
     event: Literal["start"] = "start"
     rollout: str
@@ -68,6 +78,11 @@ class DeviceDone(_Event):
     seconds: float = 0.0
     p90_before_ms: float | None = None
     p90_after_ms: float | None = None
+    # the latency gate's decision figure: the median of the per-round p90 ratios (new / the
+    # replaced release), their range over the rounds (its noise), and the limit it had
+    p90_ratio: float | None = None
+    p90_ratio_range: tuple[float, float] | None = None
+    p90_ratio_limit: float | None = None
 
 
 class WaveDone(_Event):
@@ -102,7 +117,8 @@ class Finished(_Event):
 
 
 RolloutEvent = Annotated[
-    BuildStarted | RolloutStarted | RolloutResumed | WaveStarted | DeviceStarted | DeviceStep
+    BuildStarted | DevicePreflight | RolloutStarted | RolloutResumed | WaveStarted
+    | DeviceStarted | DeviceStep
     | DeviceDone | WaveDone | Halted | DeviceRolledBack | Interrupted | Finished,
     pydantic.Field(discriminator="event")]
 

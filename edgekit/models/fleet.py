@@ -44,6 +44,11 @@ class DeviceOutcome(Frozen):
     previous: str | None = None
     p90_before_ms: float | None = None
     p90_after_ms: float | None = None
+    # the latency gate's decision figure: the median of the per-round p90 ratios (new / the
+    # replaced release), their range over the rounds (its noise), and the limit it had
+    p90_ratio: float | None = None
+    p90_ratio_range: tuple[float, float] | None = None
+    p90_ratio_limit: float | None = None
     seconds: float = 0.0
 
 

@@ -32,8 +32,8 @@ import paramiko
 
 from edgekit.config.paths import known_hosts_path
 from edgekit.config.timeouts import Timeouts
-from edgekit.errors import (AuthFailed, DeviceError, DeviceUnreachable, HostKeyChanged,
-                            HostKeyUnknown, RemoteCommandFailed)
+from edgekit.errors import (AuthFailed, ConfigError, DeviceError, DeviceUnreachable,
+                            HostKeyChanged, HostKeyUnknown, RemoteCommandFailed)
 from edgekit.config.address import DeviceAddress
 from edgekit.transport.base import (SPACE_HINT, BoundedOutput, RemoteEntry, RemoteResult,
                                     file_op_failed, out_of_space, space_left,
@@ -492,9 +492,10 @@ def _handshake_step(transport: paramiko.Transport | None) -> str:
 def _load_identity(identity: Path, address: DeviceAddress) -> paramiko.PKey:
     try:
         return paramiko.PKey.from_path(str(identity))
-    except FileNotFoundError:
-        raise AuthFailed(f"identity file not found: {identity}", where=str(address),
-                         hint="pass --identity PATH to a private key") from None
+    except FileNotFoundError:   # nothing was tried: a configuration gap, not a refusal
+        raise ConfigError(f"identity file not found: {identity}; nothing was sent to the "
+                          "device", where=str(address), key="identity",
+                          hint="pass --identity PATH to a private key") from None
     except (paramiko.SSHException, ValueError) as exc:
         raise AuthFailed(f"cannot read identity {identity}: {exc}", where=str(address)) \
             from None

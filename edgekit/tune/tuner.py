@@ -68,6 +68,11 @@ class TuningRecord(Frozen):
     default_variant: str              # what a build without tuning produces
     default_p50_ms: float | None      # its p50 at the chosen thread count
     candidates: tuple[CandidateResult, ...]
+    # the fastest candidate against the untuned build, round by round: the median gain and the
+    # noise a gain had to beat (None: no untuned build to pair with)
+    fastest: str = ""
+    gain_pct: float | None = None
+    noise_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,12 +133,16 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
     default_variant = next((f"{lw}/{DEFAULT_SET}" for lw in target.lowering
                             if any(r.variant == f"{lw}/{DEFAULT_SET}" for r in valid)), "")
     chosen, default = choose(valid, default_variant)
+    fastest = min(valid, key=lambda r: r.p50_ms)
+    paired = paired_gain(fastest, default) if default is not None else None
     record = TuningRecord(
         model_digest=built[0][1].manifest.model_digest, app=recipe.name, target=target.name,
         toolchain=toolchain_versions(), measured_on=options.host or "host",
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         chosen=chosen, default_variant=default_variant,
         default_p50_ms=default.p50_ms if default else None,
+        fastest=f"{fastest.variant} ({fastest.threads}t)",
+        gain_pct=paired[0] if paired else None, noise_pct=paired[1] if paired else None,
         candidates=tuple(sorted(results, key=lambda r: (r.p50_ms is None, r.p50_ms or 0))))
     _store(record, target)
     return record
@@ -152,19 +161,38 @@ def choose(valid: list[CandidateResult], default_variant: str
     return fastest, default
 
 
+def paired_gain(a: CandidateResult, b: CandidateResult) -> tuple[float, float] | None:
+    """How much faster `a` is than `b`, in % (the median over rounds of 1 - a/b), and the noise
+    of that figure: the standard error of the median ratio, from the median absolute
+    deviation of the per-round ratios (1.4826 × MAD / √rounds: robust to the one slow round a
+    shared machine gives, which the paired rounds already cancel). None when the rounds cannot
+    be paired."""
+    if a.p50_ms is None or b.p50_ms is None:
+        return None
+    ra, rb = np.asarray(a.round_p50_ms), np.asarray(b.round_p50_ms)
+    if ra.size == 0 or ra.size != rb.size:
+        return None
+    ratios = ra / rb
+    median = float(np.median(ratios))
+    mad = float(np.median(np.abs(ratios - median)))
+    return round(100 * (1 - median), 2), round(100 * 1.4826 * mad / np.sqrt(ratios.size), 2)
+
+
 def clearly_faster(a: CandidateResult, b: CandidateResult, min_gain: float = 0.03) -> bool:
     """`a` beats `b` round by round: by a median of more than 3% over the rounds, and in at
     least two rounds of three. Rounds are interleaved, so round r of both ran at nearly the same
     time: pairing them cancels the machine's slow spells, which on a shared VM make a whole
     round 1.5-2x slower (a standard-error test on such heavy tails kept the untuned build
-    against a 22% faster variant)."""
+    against a 22% faster variant); and by more than the pairing's noise (`paired_gain`)."""
     if a is b or a.p50_ms is None or b.p50_ms is None:
         return False
     ra, rb = np.asarray(a.round_p50_ms), np.asarray(b.round_p50_ms)
     if ra.size == 0 or ra.size != rb.size:
         return a.p50_ms < b.p50_ms * (1 - min_gain)
     ratios = ra / rb
-    return float(np.median(ratios)) < 1 - min_gain and 3 * int((ratios < 1).sum()) >= 2 * ra.size
+    gain, noise = paired_gain(a, b)
+    # beyond 3% and beyond the noise of the pairing: a win inside the noise is not taken
+    return gain > 100 * min_gain and gain > noise and 3 * int((ratios < 1).sum()) >= 2 * ra.size
 
 
 def split_identical(built: list[tuple[Variant, Bundle]]

@@ -38,8 +38,9 @@ def test_bench_on_two_devices_side_by_side_with_conditions(deployed, x86_device,
         assert lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["max_ms"]
         assert r["peak_rss_kb"] > 0 and r["before"]["cores"] >= 1
         assert r["reliable"] == (not r["unreliable_reasons"])
-    table = edgekit("bench", "history", "--app", "mm")
-    assert x86_device.address in table.stdout and arm_device.address in table.stdout
+    assert {r["device"] for r in results} == {x86_device.name, arm_device.name}  # as registered
+    table = edgekit("bench", "history", "--app", "mm", "--wide")
+    assert x86_device.name in table.stdout and arm_device.name in table.stdout
     assert html.stat().st_size > 10_000
 
 

@@ -33,6 +33,19 @@ def test_a_data_dependent_branch_is_one_line_naming_the_users_source_line(write_
     assert len(proc.stderr.strip().splitlines()) <= 2, proc.stderr  # message + hint
 
 
+def test_a_wrong_input_shape_is_one_line_naming_the_recipes_inputs(write_recipe):
+    """Not torch.export's fake-tensor traceback nor a hint about control flow (issue 20)."""
+    recipe = write_recipe('name: shape\nmodel:\n  python: "@TINY@:mlp"\n'
+                          'inputs:\n  - {name: x, shape: [1, 15], dtype: float32}\n')
+    proc = edgekit("build", "--recipe", str(recipe), "--target", "host")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and "fake_tensor" not in proc.stderr, proc.stderr  # error + hint
+    assert lines[0].startswith(f"error: {recipe}: inputs: the model fails on the recipe's "
+                               "inputs (x [1, 15] float32): mat1 and mat2 shapes")
+    assert "inputs[].shape" in lines[1] and "control flow" not in proc.stderr
+
+
 def test_a_tosa_compile_failure_names_op_module_path_source_line_and_reason(write_recipe):
     bert = next(e for e in CORPUS if e.name == "bert")
     recipe = write_recipe(f'name: bert-tosa\nmodel:\n  python: "{bert.python}"\n'

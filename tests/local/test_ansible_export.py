@@ -72,3 +72,22 @@ def test_inventory_values_stay_values_and_hooks_reach_the_shell_as_text(tmp_path
     release = hostvars["edgekit_release"]
     assert (home / "health.txt").read_text() == f"{jinja} {release}\n"
     assert not (tmp_path / "pwned").exists()
+
+
+def test_the_printed_command_reads_the_exports_config_from_any_directory(tmp_path, v1):
+    """Run from elsewhere, `ansible-playbook -i … rollout.yml` alone ignores rollout/ansible.cfg
+    (and with it the pinned known_hosts: "Host key verification failed"); the printed command
+    names it."""
+    written = export_ansible(fleet_file(tmp_path, "~/.ssh/k"), RECIPE, tmp_path / "rollout",
+                             build_for=lambda target: v1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dump = subprocess.run(written.command().replace("ansible-playbook -i", "ansible-config dump "
+                                                    "--only-changed #", 1),
+                          shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+    assert dump.returncode == 0, dump.stderr
+    assert f"CONFIG_FILE() = {written.config}" in dump.stdout
+    check = subprocess.run(written.command() + " --syntax-check", shell=True, cwd=elsewhere,
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -116,3 +116,28 @@ def test_the_cli_deploys_to_a_local_directory(tmp_path, builds):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["activated"] and current_of(device) == result["release"]
+
+
+def test_deploying_a_recipe_checks_the_device_before_building(tmp_path, monkeypatch):
+    """A device that cannot run the target, or cannot be reached, is known before a build of
+    minutes: nothing is built (issue 20, item 3)."""
+    import time
+
+    from edgekit.api.deploy import DeployOptions, deploy
+    from edgekit.errors import DeviceUnreachable
+    from tests.local.conftest import RECIPE
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    other = "rpi4" if os.uname().machine == "x86_64" else "host"
+    (tmp_path / "dev").mkdir()
+    with pytest.raises(DeviceIncompatible, match="target .* builds .* code and the device is") as err:
+        deploy(DeployOptions(host=f"local:{tmp_path / 'dev'}", recipe=RECIPE, target=other))
+    assert "nothing was built" in err.value.hint
+    assert not (tmp_path / "cache").exists()
+    key = tmp_path / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    started = time.monotonic()
+    with pytest.raises(DeviceUnreachable):   # port 9 on loopback: refused at once
+        deploy(DeployOptions(host="pi@127.0.0.1:9", identity=key, recipe=RECIPE,
+                             target="host"))
+    assert time.monotonic() - started < 30 and not (tmp_path / "cache").exists()

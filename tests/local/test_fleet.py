@@ -47,7 +47,9 @@ def test_a_fleet_updates_in_waves_canary_first_and_reports_its_status(tmp_path, 
     assert all(d.status == "updated" and d.previous is None for d in result.devices)
     assert all(current_of(root(tmp_path, f"d{i}")) == release_id(v1) for i in range(1, 5))
     kinds = [type(e) for e in seen]
-    assert kinds[:2] == [ev.BuildStarted, ev.RolloutStarted] and kinds[-1] is ev.Finished
+    # every device is reached and preflighted before the build
+    assert kinds[:6] == [ev.DevicePreflight] * 4 + [ev.BuildStarted, ev.RolloutStarted]
+    assert all(e.ok for e in seen[:4]) and kinds[-1] is ev.Finished
     assert kinds.count(ev.DeviceDone) == 4 and kinds.count(ev.WaveDone) == 3
     # each device: preflight before upload, validation before activation
     steps = [e.step for e in seen if isinstance(e, ev.DeviceStep) and e.device == "d2"]
@@ -104,6 +106,9 @@ def test_the_latency_gate_benchmarks_both_releases_on_the_device(tmp_path, v1, v
     device = result.devices[0]
     assert device.status == "updated", device.reason
     assert device.p90_before_ms > 0 and device.p90_after_ms > 0
+    # the figure the gate decided on, its spread over the rounds and its limit are kept
+    low, high = device.p90_ratio_range
+    assert low <= device.p90_ratio <= high and device.p90_ratio_limit == 20
 
 
 def test_a_killed_rollout_resumes_without_redoing_finished_devices(tmp_path, v1):
@@ -126,3 +131,20 @@ def test_a_killed_rollout_resumes_without_redoing_finished_devices(tmp_path, v1)
                  if isinstance(e, ev.DeviceStarted)}
     assert restarted.isdisjoint(done_before) and len(restarted | done_before) == 5
     assert all(current_of(root(tmp_path, f"d{i}")) == release for i in range(1, 6))
+
+
+def test_a_fleet_no_device_of_which_can_take_the_release_stops_before_building(tmp_path, v1):
+    import os
+
+    from edgekit.errors import ConfigError
+    foreign = "rpi4" if os.uname().machine == "x86_64" else "host"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("devices:\n  gone: {host: 'local:devices/gone', target: host}\n"
+                     f"  wrong: {{host: 'local:devices/wrong', target: {foreign}}}\n")
+    (tmp_path / "devices" / "wrong").mkdir(parents=True)
+    built, seen = [], []
+    with pytest.raises(ConfigError, match="no device of the fleet can take the release"):
+        update(UpdateOptions(fleet=fleet, recipe=RECIPE), on_event=seen.append,
+               build_for=lambda target: built.append(target) or v1)
+    assert built == [] and [e.ok for e in seen] == [False, False]
+    assert f"target {foreign} builds" in seen[1].reason

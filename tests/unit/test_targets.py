@@ -128,3 +128,21 @@ def test_tune_keeps_the_untuned_build_unless_a_variant_is_clearly_faster():
     assert choose([default, close], "tosa/default") == (default, default)
     fast = result(5.0, (4.9, 5.0, 5.1, 5.0, 5.0))
     assert choose([default, close, fast], "tosa/default") == (fast, default)
+
+
+def test_a_tune_win_inside_the_pairings_noise_is_not_taken_and_its_noise_is_known():
+    from edgekit.tune.tuner import CandidateResult, choose, paired_gain
+
+    def result(p50, rounds, flag_set="x"):
+        return CandidateResult(lowering="tosa", flag_set=flag_set, flags=(), threads=1,
+                               status="ok", p50_ms=p50, round_p50_ms=rounds)
+    default = result(10.0, (10.0, 10.0, 10.0, 10.0, 10.0), "default")
+    # 4% faster by the median, but the rounds scatter ±20%: inside the noise
+    wobbly = result(9.6, (9.6, 8.0, 11.2, 8.4, 10.0))
+    gain, noise = paired_gain(wobbly, default)
+    assert gain == pytest.approx(4.0) and noise > gain
+    assert choose([default, wobbly], "tosa/default") == (default, default)
+    # the 0.5% "win" (1.8505 vs 1.8593 ms) is not one either
+    tiny = result(1.8505, (1.8505, 1.851, 1.85, 1.8505, 1.8507))
+    base = result(1.8593, (1.8593, 1.859, 1.86, 1.8593, 1.8591), "default")
+    assert choose([base, tiny], "tosa/default") == (base, base)

@@ -67,7 +67,10 @@ class TorchFrontend(Frontend[Program]):
                     program = torch.export.export(loaded.model, args,
                                                   dynamic_shapes=dynamic_shapes(recipe))
             except Exception as exc:  # torch.export raises many kinds; all mean "cannot export"
-                raise export_failure(exc) from None
+                # a model that fails eagerly on the recipe's inputs is a wrong input, not an
+                # untraceable model: say so rather than blame torch.export
+                mismatch = _input_mismatch(recipe, loaded.model, args)
+                raise (mismatch or export_failure(exc)) from None
             sys.stderr.write(said.getvalue())  # a successful export's warnings still show
             run = loaded.model
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
@@ -139,8 +142,8 @@ def _torch_quiet():
     warnings) besides the exception: hold them, so a failure is the one line we make of it."""
     names = ["torch", *(n for n in logging.root.manager.loggerDict if n.startswith("torch."))]
     saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
-    for logger, _ in saved:
-        logger.setLevel(logging.ERROR)
+    for logger, _ in saved:   # fake_tensor logs its failures at ERROR, traceback included
+        logger.setLevel(logging.CRITICAL)
     held = io.StringIO()
     try:
         with contextlib.redirect_stderr(held):
@@ -148,6 +151,24 @@ def _torch_quiet():
     finally:
         for logger, level in saved:
             logger.setLevel(level)
+
+
+def _input_mismatch(recipe: Recipe, model, args: tuple) -> ConfigError | None:
+    """A ConfigError naming the recipe's inputs if the model fails on them eagerly too."""
+    try:
+        with _torch_quiet(), torch.no_grad():
+            model(*args)
+    except Exception as exc:  # noqa: BLE001 — any eager failure means the same thing here
+        text = str(exc).strip()
+        first = text.splitlines()[0].strip() if text else type(exc).__name__
+        given = ", ".join(f"{n} {list(a.shape)} {str(a.dtype).removeprefix('torch.')}"
+                          for n, a in zip([s.name for s in recipe.inputs] or
+                                          [f"input_{i}" for i in range(len(args))], args))
+        return ConfigError(f"the model fails on the recipe's inputs ({given}): {first[:200]}",
+                           where=str(recipe.path), key="inputs",
+                           hint="set inputs[].shape and dtype to what the model's forward "
+                                "expects")
+    return None
 
 
 _USER_FRAME = re.compile(r'The following call raised this error:\s*\n\s*File "([^"]+)", '
