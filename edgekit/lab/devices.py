@@ -355,3 +355,15 @@ def _register(device: LabDevice) -> None:
     registry[device.name] = DeviceEntry(name=device.name, address=device.address,
                                         identity=str(identity_path()), arch=device.arch, lab=True)
     save_registry(registry)
+
+
+def command_lines(device: LabDevice) -> list[str]:
+    """The command lines of every process the device runs now (its tree below the reaper)."""
+    lines = []
+    for pid in descendants(device.pid) if _running(device) else []:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        lines.append(raw.replace(b"\0", b" ").decode(errors="replace").strip())
+    return lines
