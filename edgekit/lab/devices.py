@@ -121,7 +121,10 @@ def up(arch: str = "x86_64", count: int = 1,
     devices = load_lab()
     names = _choose_names(arch, count, names, devices)
     _ensure_identity()
-    chroot = str(ensure_rootfs(on_progress)) if arch == "aarch64" else ""
+    chroot = ""
+    if arch == "aarch64":
+        chroot = str(ensure_rootfs(on_progress))
+        _check_user_namespaces()
     started = []
     used = {d.index for d in devices.values()}
     for name in names:
@@ -151,6 +154,20 @@ def up(arch: str = "x86_64", count: int = 1,
         _register(device)
         started.append(device)
     return started
+
+
+def _check_user_namespaces() -> None:
+    """aarch64 sessions run in a user namespace: some kernels keep those from ordinary users."""
+    try:
+        proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = subprocess.CompletedProcess([], 1, "", str(exc))
+    if proc.returncode != 0:
+        raise LabSetupError("this user cannot create user namespaces, which aarch64 lab devices "
+                            f"run in (unshare: {proc.stderr.strip()[-200:]})",
+                            hint="as root: sysctl kernel.unprivileged_userns_clone=1, or on "
+                                 "Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0")
 
 
 def _choose_names(arch: str, count: int, names: list[str] | None,
