@@ -333,11 +333,18 @@ def _free(host: str, port: int) -> bool:
 
 
 def _wait_for_banner(device: LabDevice, timeout: float) -> None:
+    """This device's sshd listens (its log says so: a banner alone may come from another lab's
+    sshd that took the address in between) and answers with its banner."""
     deadline = time.monotonic() + timeout
+    log = Path(device.config_dir) / "sshd.log"
+    listening = f"Server listening on {device.host} port {device.port}"
     while time.monotonic() < deadline:
         if device.pid and not alive(device.process):
             break                               # sshd (and so its reaper) ended
         try:
+            if listening not in log.read_text():
+                time.sleep(0.05)
+                continue
             with socket.create_connection((device.host, device.port), timeout=5) as sock:
                 sock.settimeout(10)
                 if sock.recv(64).startswith(b"SSH-"):
