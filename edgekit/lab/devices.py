@@ -53,7 +53,8 @@ REAPER = Path(__file__).with_name("reaper.py")
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
 # Where an aarch64 device's own folders appear inside the rootfs (device path → folder name)
 ARM_BINDS = (("/root", "home"), ("/tmp", "tmp"), ("/var/tmp", "tmp"))
-ARM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# a device's PATH (Debian's for root): not this machine's
+DEVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class LabDevice(Frozen):
@@ -81,13 +82,14 @@ class LabDevice(Frozen):
 
     def host_path(self, inside: str) -> Path:
         """A path as the device sees it → the same file on this machine."""
-        if not self.chroot:
-            return Path(inside)
         path, own = PurePosixPath(inside), Path(self.host_home).parent
-        for device_dir, folder in ARM_BINDS:
+        binds = ARM_BINDS if self.chroot else ((self.home, "home"),)
+        if not self.host_home:
+            return Path(inside)
+        for device_dir, folder in binds:
             if path == PurePosixPath(device_dir) or PurePosixPath(device_dir) in path.parents:
                 return own / folder / path.relative_to(device_dir)
-        return Path(self.chroot + inside)
+        return Path(self.chroot + inside) if self.chroot else Path(inside)
 
 
 def lab_dir() -> Path:
@@ -233,11 +235,13 @@ def _ensure_identity() -> None:
 def _plan(name: str, arch: str, index: int, chroot: str) -> LabDevice:
     """The device's record: its address and paths; nothing is created yet."""
     own = lab_dir() / "devices" / name
-    home = own / "home"
+    me = pwd.getpwuid(os.getuid())
+    # the device's home is where the user's is (Ansible expands `~` to `~USER`, the passwd
+    # home): its own folder is bound there in each session's mount namespace
     return LabDevice(name=name, arch=arch, host=f"127.0.0.{FIRST_OCTET + index}", port=PORT,
-                     user=pwd.getpwuid(os.getuid()).pw_name, index=index, chroot=chroot,
-                     config_dir=str(own / "sshd"), home="/root" if chroot else str(home),
-                     host_home=str(home))
+                     user=me.pw_name, index=index, chroot=chroot,
+                     config_dir=str(own / "sshd"), home="/root" if chroot else me.pw_dir,
+                     host_home=str(own / "home"))
 
 
 def _create(device: LabDevice) -> None:
@@ -252,6 +256,11 @@ def _create(device: LabDevice) -> None:
     run_tool(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", device.name,
               "-f", str(config / "ssh_host_ed25519_key")], what="creating a device host key")
     shutil.copyfile(identity_path().with_suffix(".pub"), config / "authorized_keys")
+    if device.chroot:       # the login user is root there, under the user's name too
+        passwd = (Path(device.chroot) / "etc" / "passwd").read_text()
+        if not any(ln.startswith(f"{device.user}:") for ln in passwd.splitlines()):
+            passwd += f"{device.user}:x:0:0:{device.user}:{device.home}:/bin/sh\n"
+        (config / "passwd").write_text(passwd)
     enter = config / "enter"
     enter.write_text(enter_script(device))
     enter.chmod(0o755)
@@ -264,18 +273,26 @@ def enter_script(device: LabDevice) -> str:
     q = shlex.quote
     command = '"${SSH_ORIGINAL_COMMAND:-exec /bin/sh -l}"'
     if not device.chroot:
+        # a user namespace (as root) to bind the device's home over the user's, then a nested
+        # one back to the user's own uid; a fresh environment: the user's login shell ran
+        # first (bash, run by sshd, reads ~/.bashrc), but a device has not this machine's PATH
+        inner = (f"mount --bind {q(device.host_home)} {q(device.home)} || exit 125; "
+                 f"exec unshare --user --map-user={os.getuid()} --map-group={os.getgid()} "
+                 f'--wd {q(device.home)} env -i HOME={q(device.home)} "USER=$USER" '
+                 f'"LOGNAME=$LOGNAME" PATH={DEVICE_PATH} "TERM=$TERM" /bin/sh -c "$1"')
         return "\n".join([
             "#!/bin/sh", f"# edgekit lab: every session of {device.name} starts here",
-            f"export HOME={q(device.home)}", 'cd "$HOME" || exit 1',
-            f"exec /bin/sh -c {command}", ""])
+            f"exec unshare --user --map-root-user --mount /bin/sh -c {q(inner)} sh {command}",
+            ""])
     own = Path(device.host_home).parent
     binds = " && ".join(
         ['mount --rbind "$R" "$R"', 'mount -o remount,bind,ro "$R"']     # the rootfs: read-only
         + [f'mount --rbind /{d} "$R/{d}"' for d in ("dev", "proc", "sys")]
         + [f'mount --bind {q(str(own / folder))} "$R{inside}"' for inside, folder in ARM_BINDS]
+        + [f'mount --bind {q(str(own / "sshd" / "passwd"))} "$R/etc/passwd"']
         + ['mount -t tmpfs -o mode=755 tmpfs "$R/run"'])
     inner = (f"R=$1; shift; {binds} || exit 125; "
-             f"exec env -i HOME={q(device.home)} USER=root LOGNAME=root PATH={ARM_PATH} "
+             f"exec env -i HOME={q(device.home)} USER=root LOGNAME=root PATH={DEVICE_PATH} "
              f'"TERM=$TERM" unshare --root "$R" --wd {q(device.home)} /bin/sh -c "$@"')
     return "\n".join([
         "#!/bin/sh",

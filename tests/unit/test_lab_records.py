@@ -10,7 +10,7 @@ def device(chroot: str) -> LabDevice:
     own = "/home/me/.config/edgekit/lab/devices/pi"
     return LabDevice(name="pi", arch="aarch64" if chroot else "x86_64", host="127.0.0.11",
                      port=2222, user="me", index=1, chroot=chroot, config_dir=f"{own}/sshd",
-                     home="/root" if chroot else f"{own}/home", host_home=f"{own}/home")
+                     home="/root" if chroot else "/home/me", host_home=f"{own}/home")
 
 
 def test_an_aarch64_devices_home_and_tmp_are_its_own_folders_and_the_rest_is_the_rootfs():
@@ -23,9 +23,10 @@ def test_an_aarch64_devices_home_and_tmp_are_its_own_folders_and_the_rest_is_the
     assert pi.host_path("/rootless") == Path("/cache/rootfs/rootless")
 
 
-def test_an_x86_64_devices_paths_are_this_machines():
-    box = device("")
-    assert box.host_path(f"{box.home}/a") == Path(box.home) / "a"
+def test_an_x86_64_devices_home_is_its_own_folder_and_the_rest_this_machines():
+    box = device("")          # its home is the user's (/home/me): its own folder bound there
+    assert box.host_path("/home/me/a") == Path("/home/me/.config/edgekit/lab/devices/pi/home/a")
+    assert box.host_path("/etc/hostname") == Path("/etc/hostname")
 
 
 def test_every_session_goes_through_the_devices_enter_script_as_the_user():
@@ -35,4 +36,5 @@ def test_every_session_goes_through_the_devices_enter_script_as_the_user():
     script = enter_script(device("/cache/rootfs"))
     assert "unshare --user --map-root-user --mount" in script
     assert "remount,bind,ro" in script          # the shared rootfs is read-only to devices
-    assert "unshare" not in enter_script(device(""))
+    assert "mount --bind /home/me/.config/edgekit/lab/devices/pi/home /home/me" in enter_script(
+        device(""))
