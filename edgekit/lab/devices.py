@@ -3,12 +3,13 @@ invoking user — no root, no users created, nothing mounted on this machine.
 
 Each device has its own address, sshd (as this user, on a port above 1024, with its own host
 key and authorized key), home directory and login: sshd's ForceCommand is the device's `enter`
-script, which gives every session (commands, shells and SFTP alike) the device's HOME. x86_64
-devices run on this machine (Mesa's llvmpipe gives them a Vulkan device); an aarch64 device's
-`enter` makes a user namespace (this user mapped to root) and a mount namespace, binds /dev,
-/proc, /sys and the device's own home and /tmp into a read-only view of the shared arm64 rootfs
-and runs the session there, where qemu-user (binfmt_misc) runs its arm64 programs. Those mounts
-exist only in the session's namespace: they vanish with it.
+script, through which every session (commands, shells and SFTP alike) runs in a user namespace
+(this user mapped to root) with a mount namespace of its own. An x86_64 device binds its own
+home folder over the user's home (so `~` and `~USER` are the device's) and returns to the
+user's uid in a nested user namespace; Mesa's llvmpipe gives it a Vulkan device. An aarch64
+device binds /dev, /proc, /sys and its own home (/root) and /tmp into a read-only view of the
+shared arm64 rootfs and runs the session there as root, where qemu-user (binfmt_misc) runs its
+arm64 programs. Those mounts exist only in the session's namespaces: they vanish with it.
 
 `up` pins every host key it creates (no network trust-on-first-use) and registers the devices by
 name: `lab-<arch>-<n>`, numbered per lab ($EDGEKIT_HOME) from 1, or names the user chooses.
@@ -123,10 +124,8 @@ def up(arch: str = "x86_64", count: int = 1,
     devices = load_lab()
     names = _choose_names(arch, count, names, devices)
     _ensure_identity()
-    chroot = ""
-    if arch == "aarch64":
-        chroot = str(ensure_rootfs(on_progress))
-        _check_user_namespaces()
+    _check_user_namespaces()
+    chroot = str(ensure_rootfs(on_progress)) if arch == "aarch64" else ""
     started = []
     used = {d.index for d in devices.values()}
     for name in names:
@@ -159,15 +158,15 @@ def up(arch: str = "x86_64", count: int = 1,
 
 
 def _check_user_namespaces() -> None:
-    """aarch64 sessions run in a user namespace: some kernels keep those from ordinary users."""
+    """Device sessions run in user namespaces: some kernels keep those from ordinary users."""
     try:
         proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         proc = subprocess.CompletedProcess([], 1, "", str(exc))
     if proc.returncode != 0:
-        raise LabSetupError("this user cannot create user namespaces, which aarch64 lab devices "
-                            f"run in (unshare: {proc.stderr.strip()[-200:]})",
+        raise LabSetupError("this user cannot create user namespaces, which lab device "
+                            f"sessions run in (unshare: {proc.stderr.strip()[-200:]})",
                             hint="as root: sysctl kernel.unprivileged_userns_clone=1, or on "
                                  "Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0")
 
