@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything edgekit and its tests need on a fresh Debian machine (run as root):
 # software Vulkan (Mesa llvmpipe) for GPU profiles, OpenSSH for lab devices, qemu user
-# emulation + debootstrap for aarch64 lab devices, Chromium (the tests open the HTML
+# emulation (registered with binfmt_misc) + mmdebstrap and uidmap (the arm64 userland, built
+# without root) for aarch64 lab devices, Chromium (the tests open the HTML
 # benchmark report in it), the pinned Python toolchain, and edgekit
 # itself in editable mode. Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
-              qemu-user-static binfmt-support debootstrap chromium procps)
+              qemu-user-static binfmt-support mmdebstrap uidmap chromium procps)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -16,6 +17,15 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# arm64 programs run through qemu from inside the lab's rootfs: binfmt_misc's qemu-aarch64
+# entry (with the F flag, as qemu-user-static registers it) is machine-wide, so root's to set
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+if ! head -1 /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null | grep -qx enabled; then
+  update-binfmts --enable qemu-aarch64
 fi
 
 # torch is pinned to the 2.13.0 CPU build: an unpinned torch pulls a multi-GB CUDA build.

@@ -228,7 +228,7 @@ class RolloutHalted(EdgekitError):
 
 
 class LabSetupError(EdgekitError):
-    """A lab device could not be set up: not root, or sshd, qemu or debootstrap missing."""
+    """A lab device could not be set up: sshd, qemu (binfmt_misc) or mmdebstrap missing."""
 
     exit_code = 20
 

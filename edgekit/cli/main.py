@@ -482,20 +482,29 @@ def lab() -> None:
 @lab.command("up")
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64",
               show_default=True)
-@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 32))
+@click.option("--count", type=click.IntRange(1, 32),
+              help="how many devices (default 1, or one per --name)")
+@click.option("--name", "names", multiple=True,
+              help="the device's name (repeat for several); default lab-ARCH-N, numbered "
+                   "from 1 in this lab")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def lab_up(arch: str, count: int, as_json: bool) -> None:
-    """Start lab devices, pin their host keys and register them by name."""
+def lab_up(arch: str, count: int | None, names: tuple[str, ...], as_json: bool) -> None:
+    """Start lab devices as you (no root), pin their host keys and register them by name."""
+    from edgekit.errors import ConfigError
     from edgekit.lab import devices as lab_devices
+    if names and count is not None and count != len(names):
+        raise ConfigError(f"--count {count} but {len(names)} --name given", key="--count",
+                          hint="give one --name per device, or --count alone")
     with render.err.status("starting the lab…") as status:
-        started = lab_devices.up(arch, count, on_progress=status.update)
+        started = lab_devices.up(arch, count or len(names) or 1, on_progress=status.update,
+                                 names=list(names) or None)
     if as_json:
         render.emit_json([{**d.model_dump(), "address": d.address} for d in started])
         return
     for d in started:
         render.out.print(f"{d.name}: {d.address} ({d.arch}) — e.g. "
-                         f"edgekit probe {d.name}")
+                         f"edgekit probe {d.name}", soft_wrap=True)
 
 
 @lab.command("status")
@@ -518,7 +527,7 @@ def lab_status(as_json: bool) -> None:
 @lab.command("down")
 @handle_errors
 def lab_down() -> None:
-    """Stop every lab device and remove its user, files and registration."""
+    """Stop every lab device and remove its files and registration."""
     from edgekit.lab import devices as lab_devices
     stopped = lab_devices.down(on_progress=render.err.print)
     render.out.print(f"stopped {len(stopped)} lab device(s)")

@@ -32,7 +32,7 @@ def edgekit(*args: str) -> subprocess.CompletedProcess:
 
 
 def home_listing(device) -> dict[str, bytes]:
-    home = device.host_path(device.home) if device.chroot else Path(device.home)
+    home = device.host_path(device.home)
     return {str(p.relative_to(home)): p.read_bytes() for p in home.rglob("*")
             if p.is_file() and not p.is_symlink()}
 
@@ -75,7 +75,7 @@ def test_a_release_changed_on_the_device_fails_verify_there(fault_device, honest
         remote = release_dir(bundle.manifest.app, result.release)
         verify = ["sh", f"{shims_dir(shim_version())}/verify.sh", remote]
         assert conn.run(verify, check=False).returncode == 0
-        home = Path(fault_device.home)
+        home = fault_device.host_path(fault_device.home)
         on_device = home / remote
         manifest = json.loads((on_device / MANIFEST).read_text())
         manifest["tolerances"]["atol"] = 1e9

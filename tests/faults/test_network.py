@@ -91,13 +91,13 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def current(device) -> str | None:
-    link = Path(device.home) / ".edgekit" / "apps" / APP / "current"
+    link = device.host_path(device.home) / ".edgekit" / "apps" / APP / "current"
     return os.readlink(link).rsplit("/", 1)[-1] if link.is_symlink() else None
 
 
 def assert_complete(device, release: str) -> None:
     """Every file SHA256SUMS lists is there with its sha256 (what verify.sh checks)."""
-    folder = Path(device.home) / ".edgekit" / "apps" / APP / "releases" / release
+    folder = device.host_path(device.home) / ".edgekit" / "apps" / APP / "releases" / release
     sums = (folder / "SHA256SUMS").read_text().splitlines()
     assert sums
     for line in sums:

@@ -15,6 +15,7 @@ import pytest
 
 from edgekit.api.build import BuildOptions, build
 from edgekit.config.paths import cache_root
+from edgekit.lab import devices as lab
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = (REPO / "recipes" / "kws_mlp.yaml").read_text()
@@ -185,8 +186,8 @@ def test_a_rollback_killed_midway_leaves_a_complete_current(bundles, device, fau
     # `edgekit rollback` re-verifies the target, then switches: killed while verify.sh runs
     # (or after it finished, if it was faster than this loop: either way a complete release)
     kill_when(["rollback", fault_device.name, "--app", "faulty"],
-              lambda: subprocess.run(["pgrep", "-u", fault_device.user, "-f", "verify.sh"],
-                                     capture_output=True).returncode == 0, must_kill=False)
+              lambda: any("verify.sh" in c for c in lab.command_lines(fault_device)),
+              must_kill=False)
     # the rollback target is the release activated before v2: old, or the unhealthy one if
     # the kill came before edgekit put old back
     assert device.assert_current_is_a_validated_complete_release() in (old, unhealthy, new)
@@ -209,8 +210,7 @@ def test_a_hanging_health_hook_is_killed_on_the_device_and_the_old_release_resto
     pgid = int((home / "hook.pgid").read_text())
     survivors = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True)
     assert survivors.stdout == "", "the hook's processes still run on the device"
-    assert subprocess.run(["pgrep", "-u", fault_device.user, "-f", "sleep 100000"],
-                          capture_output=True).returncode == 1
+    assert not any("sleep 100000" in c for c in lab.command_lines(fault_device))
     assert ("health-failed", release_of(bundles["v2-hangs"])) in device.journal()
 
 

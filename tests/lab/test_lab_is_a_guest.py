@@ -1,6 +1,7 @@
-"""The lab touches only what it created and recorded: `lab down` ends a device's own process
-tree (never "every process of uid N"), removes the users it created, and unmounts the shared
-arm64 rootfs's /proc and /dev only when no device of any lab runs there any more."""
+"""The lab touches only what it created and recorded: it creates no users and mounts nothing on
+this machine (an aarch64 session's mounts live in its own namespace), `lab down` ends a device's
+own process tree (never "every process of uid N": that uid is the user's own), and device names
+are numbered per lab, so a fresh lab's first device is `lab-<arch>-1` whatever other labs run."""
 
 import os
 import subprocess
@@ -10,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from edgekit.config.devices import resolve_device
-from edgekit.device.probe import probe
+from edgekit.errors import ConfigError
 from edgekit.lab import devices as lab
 from edgekit.lab.procs import identify
-from edgekit.lab.rootfs import hold_mounts, mounts_dir, release_mounts, rootfs_path
+from edgekit.lab.rootfs import rootfs_path
 from edgekit.transport.ssh import connect
+
 
 @contextmanager
 def lab_home(home: Path):
@@ -27,19 +29,20 @@ def lab_home(home: Path):
         os.environ["EDGEKIT_HOME"] = saved
 
 
-def passwd_uids(root: str = "") -> dict[str, int]:
-    lines = Path(root + "/etc/passwd").read_text().splitlines()
-    return {f[0]: int(f[2]) for f in (ln.split(":") for ln in lines)}
+def machine_state() -> tuple[str, str, list[str]]:
+    """What a guest must leave as it found it: users, groups and this namespace's mounts."""
+    mounts = [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return Path("/etc/passwd").read_text(), Path("/etc/group").read_text(), sorted(mounts)
 
 
 @pytest.fixture
 def bystanders():
-    """Processes of this machine that the lab did not start (e.g. the session of the person at
-    the keyboard), as whichever uid a test asks for."""
+    """Processes of this machine's user that the lab did not start (e.g. the session of the
+    person at the keyboard: the lab's devices run as that same user)."""
     started = []
 
-    def start(uid: int) -> subprocess.Popen:
-        proc = subprocess.Popen(["sleep", "300"], user=uid, start_new_session=True)
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
         started.append(proc)
         return proc
     yield start
@@ -48,117 +51,67 @@ def bystanders():
         proc.wait()
 
 
-def mounted(path: Path) -> bool:
-    target = str(path.resolve())
-    return any(ln.split()[1] == target for ln in Path("/proc/mounts").read_text().splitlines())
-
-
 def ssh_run(device, argv: list[str]) -> str:
     address, key = resolve_device(device.name)
     with connect(address, key) as conn:
         return conn.run(argv).stdout.decode()
 
 
-def test_x86_down_ends_what_the_device_started_and_spares_others_of_the_same_uid(
-        tmp_path_factory, bystanders):
-    with lab_home(tmp_path_factory.mktemp("lab-x86")):
-        device = lab.up("x86_64", 1)[0]
-        uid = passwd_uids()[device.user]
-        other = bystanders(uid)       # same uid, not started by the lab
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_down_ends_what_the_device_started_and_spares_the_users_other_processes(
+        arch, tmp_path_factory, bystanders):
+    before = machine_state()
+    with lab_home(tmp_path_factory.mktemp(f"lab-{arch}")):
+        device = lab.up(arch, 1)[0]
+        other = bystanders()       # same uid as the device, not started by the lab
         # a job the device's user left running after logging out: not below sshd any more
         left = int(ssh_run(device, ["sh", "-c", "nohup sleep 301 >/dev/null 2>&1 & echo $!"]))
         assert identify(left) is not None
+        assert machine_state() == before, "lab up created a user or mounted something here"
         lab.down()
     assert other.poll() is None, "lab down killed a process it did not start"
     assert identify(left) is None, "the device's detached job outlived lab down"
-    assert device.user not in passwd_uids()
+    assert machine_state() == before
 
 
-@pytest.fixture(scope="module")
-def two_arm_labs(tmp_path_factory):
-    """Two labs (two $EDGEKIT_HOMEs) with an aarch64 device each, in the same rootfs."""
-    homes = [tmp_path_factory.mktemp("lab-a"), tmp_path_factory.mktemp("lab-b")]
-    devices = []
-    for home in homes:
-        with lab_home(home):
-            devices.append(lab.up("aarch64", 1)[0])
-    yield list(zip(homes, devices))
-    for home in homes:
-        with lab_home(home):
+def test_an_aarch64_session_runs_arm64_programs_in_a_rootfs_it_cannot_change(tmp_path_factory):
+    with lab_home(tmp_path_factory.mktemp("lab-arm")):
+        device = lab.up("aarch64", 1)[0]
+        try:
+            out = ssh_run(device, ["sh", "-c", "uname -m; echo $HOME; touch /etc/edgekit-x "
+                                   "2>/dev/null || echo read-only; echo hi > /tmp/t; pwd"])
+            assert out.split() == ["aarch64", "/root", "read-only", "/root"]
+            assert device.host_path("/tmp/t").read_text() == "hi\n"   # the device's own /tmp
+            assert not (rootfs_path() / "tmp" / "t").exists()
+        finally:
             lab.down()
 
 
-def test_an_aarch64_device_user_has_a_uid_no_one_on_the_host_has(two_arm_labs):
-    host = set(passwd_uids().values())
-    for _, device in two_arm_labs:
-        uid = passwd_uids(device.chroot)[device.user]
-        assert uid == device.uid and uid in lab.LAB_UIDS and uid not in host
-
-
-def test_down_of_one_lab_spares_the_hosts_processes_and_the_other_labs_device(
-        two_arm_labs, bystanders):
-    (home_a, device_a), (home_b, device_b) = two_arm_labs
-    # someone on the host whose uid is the device user's (the rootfs's passwd, not the host's,
-    # gave it out: on a laptop, uid 1000 is the person at the keyboard)
-    other = bystanders(passwd_uids(device_a.chroot)[device_a.user])
-    with lab_home(home_a):
-        lab.down()
-    assert other.poll() is None, "lab down killed a host process of the device user's uid"
-    root = Path(device_b.chroot)
-    assert mounted(root / "proc") and mounted(root / "dev")
-    with lab_home(home_b):
-        address, key = resolve_device(device_b.name)
-        with connect(address, key) as conn:
-            assert probe(conn).mem_kb > 0     # /proc is still there for the other lab
-
-
-def test_the_rootfs_mounts_go_when_the_last_lab_is_down(two_arm_labs):
-    for home, _ in two_arm_labs:
-        with lab_home(home):
+def test_a_fresh_labs_devices_are_numbered_from_one_beside_another_lab(tmp_path_factory):
+    with lab_home(tmp_path_factory.mktemp("lab-one")):
+        first = lab.up("x86_64", 1)[0]
+        try:
+            with lab_home(tmp_path_factory.mktemp("lab-two")):
+                second = lab.up("x86_64", 2)
+                try:
+                    assert [d.name for d in second] == ["lab-x86_64-1", "lab-x86_64-2"]
+                    assert first.host not in {d.host for d in second}
+                finally:
+                    lab.down()
+            assert first.name == "lab-x86_64-1"
+        finally:
             lab.down()
-    root = rootfs_path()
-    others = list(mounts_dir(root).glob("holder-*.json"))   # e.g. tests/device's session lab
-    assert mounted(root / "proc") == bool(others)
-    assert mounted(root / "dev") == bool(others)
 
 
-def test_a_dead_labs_hold_is_ignored_and_a_mount_that_was_there_before_stays(tmp_path):
-    root = tmp_path / "rootfs"
-    for sub in ("proc", "dev"):
-        (root / sub).mkdir(parents=True)
-    subprocess.run(["mount", "--bind", "/dev", str(root / "dev")], check=True)  # not the lab's
-    crashed = subprocess.Popen(["sleep", "300"])
-    live = subprocess.Popen(["sleep", "300"])
-    try:
-        hold_mounts(root, "crashed-lab", home="/a", proc=identify(crashed.pid))
-        hold_mounts(root, "live-lab", home="/b", proc=identify(live.pid))
-        assert mounted(root / "proc")
-        crashed.kill()
-        crashed.wait()          # a lab that died without `lab down`
-        assert release_mounts(root, "live-lab") == ["proc"]
-        assert not mounted(root / "proc")
-        assert mounted(root / "dev"), "lab down unmounted a mount it did not make"
-        assert not list(mounts_dir(root).glob("holder-*"))
-    finally:
-        live.kill()
-        live.wait()
-        for sub in ("proc", "dev"):
-            if mounted(root / sub):
-                subprocess.run(["umount", "-l", str(root / sub)], check=True)
-
-
-def test_a_live_holder_keeps_the_mounts(tmp_path):
-    root = tmp_path / "rootfs"
-    for sub in ("proc", "dev"):
-        (root / sub).mkdir(parents=True)
-    try:
-        hold_mounts(root, "lab-a-dev-1", home="/a", proc=identify(os.getpid()))
-        hold_mounts(root, "lab-b-dev-1", home="/b", proc=identify(os.getpid()))
-        assert release_mounts(root, "lab-a-dev-1") == []
-        assert mounted(root / "proc") and mounted(root / "dev")
-        assert release_mounts(root, "lab-b-dev-1") == ["dev", "proc"]
-        assert not mounted(root / "proc") and not mounted(root / "dev")
-    finally:
-        for sub in ("proc", "dev"):
-            if mounted(root / sub):
-                subprocess.run(["umount", "-l", str(root / sub)], check=True)
+def test_a_chosen_name_is_used_and_a_taken_one_refused(tmp_path_factory):
+    with lab_home(tmp_path_factory.mktemp("lab-named")):
+        try:
+            device = lab.up("x86_64", names=["bench-box"])[0]
+            assert device.name == "bench-box" and resolve_device("bench-box")[0].port == 2222
+            with pytest.raises(ConfigError, match="already registered"):
+                lab.up("x86_64", names=["bench-box"])
+            with pytest.raises(ConfigError, match="is not a name"):
+                lab.up("x86_64", names=["root@10.0.0.1"])
+            assert [d["name"] for d in lab.status()] == ["bench-box"]
+        finally:
+            lab.down()
