@@ -11,7 +11,8 @@ from onnx import helper, numpy_helper
 
 from edgekit.config.recipe import DType, InputSpec
 from edgekit.errors import ModelLoadError
-from edgekit.pipeline.frontends.onnx_samples import fit_to_roles, input_roles
+from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
+                                                     refuse_contradicting_samples)
 from edgekit.pipeline.frontends.onnx_source import element_dtype, onnx_inputs
 from edgekit.pipeline.load import as_declared, numpy_dtype, random_array, read_npz
 
@@ -187,3 +188,20 @@ def test_a_float8_e5m2_sample_numpy_cannot_read_back_is_read_as_declared(tmp_pat
     np.savez(tmp_path / "s.npz", f=values)       # written with descr '<f1'
     data = read_npz(tmp_path / "s.npz", "samples")
     np.testing.assert_array_equal(as_declared(data["f"], "float8_e5m2"), values)
+
+
+def test_made_up_inputs_giving_another_output_shape_than_declared_ask_for_samples():
+    # ReduceSum over an `axes` input, its output declared (3, 1, 2): axes=[0] contradicts it
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [3, 2, 2]),
+                                            helper.make_tensor_value_info("axes", T.INT64, [1])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [3, 1, 2])])
+    model = helper.make_model(graph)
+    right, wrong = (np.zeros((3, 1, 2), np.float32),), (np.zeros((1, 2, 2), np.float32),)
+    refuse_contradicting_samples(model, ("axes",), [right, right], "m.onnx")
+    refuse_contradicting_samples(model, (), [wrong], "m.onnx")   # the user's own samples
+    with pytest.raises(ModelLoadError) as refused:
+        refuse_contradicting_samples(model, ("axes",), [right, wrong], "m.onnx")
+    assert "input(s) 'axes' give output 'y' the shape (1, 2, 2) where the model declares " \
+           "(3, 1, 2)" in str(refused.value)
+    assert "`samples:`" in refused.value.hint

@@ -163,6 +163,41 @@ def refuse_shape_inputs(roles: dict[str, Role], names, where: str) -> None:
                      "beside the other inputs)")
 
 
+def declared_output_shapes(model) -> list[tuple[int, ...] | None]:
+    """Each graph output's shape where the model declares every dimension as a number, else
+    None (IREE's importer compiles a declared shape into the module)."""
+    shapes: list[tuple[int, ...] | None] = []
+    for output in model.graph.output:
+        tensor = output.type.tensor_type
+        dims = tensor.shape.dim if tensor.HasField("shape") else None
+        if dims is None or not all(d.HasField("dim_value") for d in dims):
+            shapes.append(None)
+        else:
+            shapes.append(tuple(int(d.dim_value) for d in dims))
+    return shapes
+
+
+def refuse_contradicting_samples(model, made_up: tuple[str, ...], goldens, where: str) -> None:
+    """Made-up inputs whose reference outputs have other shapes than the model declares (axes,
+    crop sizes, data-dependent outputs such as NonZero's): the module is compiled for the
+    declared shapes, so its golden outputs would judge it on inputs it does not take. A
+    one-line request for `samples:`, naming the made-up integer inputs."""
+    if not made_up:
+        return
+    names = [o.name for o in model.graph.output]
+    declared_shapes = declared_output_shapes(model)
+    for outputs in goldens:
+        for name, declared, golden in zip(names, declared_shapes, outputs):
+            got = tuple(np.shape(golden))
+            if declared is not None and got != declared:
+                raise ModelLoadError(
+                    f"the values edgekit made up for input(s) {', '.join(map(repr, made_up))} "
+                    f"give output {name!r} the shape {got} where the model declares "
+                    f"{declared}: they are not inputs this model takes", where=where,
+                    hint="give real values in `samples:` (a .npz with an array per input "
+                         "name)")
+
+
 def fit_to_roles(model, samples: dict[str, np.ndarray], roles: dict[str, Role],
                  rng: np.random.Generator) -> dict[str, np.ndarray]:
     """`samples` (random arrays, by input name) with each index/axes/divisor input redrawn
