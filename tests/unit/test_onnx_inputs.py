@@ -205,3 +205,20 @@ def test_made_up_inputs_giving_another_output_shape_than_declared_ask_for_sample
     assert "input(s) 'axes' give output 'y' the shape (1, 2, 2) where the model declares " \
            "(3, 1, 2)" in str(refused.value)
     assert "`samples:`" in refused.value.hint
+
+
+def test_a_float8_zero_point_is_made_up_as_zero_and_an_int8_one_stays_random():
+    node = helper.make_node("DequantizeLinear", ["x", "s", "zp"], ["y"])
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT8E4M3FN, [5]),
+              helper.make_tensor_value_info("s", T.FLOAT, []),
+              helper.make_tensor_value_info("zp", T.FLOAT8E4M3FN, [1])]
+    graph = helper.make_graph([node], "g", inputs,
+                              [helper.make_tensor_value_info("y", T.FLOAT, [5])])
+    model = helper.make_model(graph)
+    roles = input_roles(model)
+    rng = np.random.default_rng(0)
+    f8 = np.full(1, 0.5, ml_dtypes.float8_e4m3fn)
+    fitted = fit_to_roles(model, {"x": np.ones(5, ml_dtypes.float8_e4m3fn), "zp": f8}, roles, rng)
+    assert fitted["zp"].dtype == f8.dtype and float(fitted["zp"][0]) == 0.0
+    int8 = np.full(1, 3, np.int8)
+    assert fit_to_roles(model, {"zp": int8}, roles, rng)["zp"][0] == 3

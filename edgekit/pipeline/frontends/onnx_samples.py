@@ -21,7 +21,7 @@ from edgekit.errors import ModelLoadError
 class Role:
     """What an input means to the node that reads it."""
 
-    kind: str                       # "index" | "axes" | "nonzero" | "shape"
+    kind: str                       # "index" | "axes" | "nonzero" | "shape" | "zero_point"
     op: str                         # the reading node's op type (for messages)
     data: str = ""                  # index/axes: the tensor they index into
     axis: int = 0                   # index: the dimension indexed
@@ -41,6 +41,9 @@ _AXES = {("CumSum", 1), ("CumProd", 1)} | {(op, 1) for op in (
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
 _NONZERO = {("Div", 1), ("Mod", 1)}
+# A float8 or 4-bit quantization's zero point is 0 in practice ("usually not used", the ONNX
+# spec says); runtimes differ on whether a made-up nonzero one applies. Integer ones stay random.
+_ZERO_POINT = {("DequantizeLinear", 2), ("QuantizeLinear", 2)}
 _SHAPE = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Resize", 1), ("Resize", 2),
           ("Resize", 3), ("Upsample", 1), ("Split", 1), ("Pad", 1), ("Pad", 3), ("Slice", 1),
           ("Slice", 2), ("Slice", 3), ("Slice", 4), ("TopK", 1), ("ConstantOfShape", 0),
@@ -100,6 +103,8 @@ def _role(node, position: int) -> Role | None:
         return Role("axes", op, data=node.input[0])
     if key in _NONZERO:
         return Role("nonzero", op)
+    if key in _ZERO_POINT:
+        return Role("zero_point", op)
     how = _INDEX.get(key)
     if how == "axis":
         return Role("index", op, data=node.input[0], axis=_attr(node, "axis", 0))
@@ -214,6 +219,10 @@ def fit_to_roles(model, samples: dict[str, np.ndarray], roles: dict[str, Role],
         if name not in out or role.kind == "shape":
             continue
         array = out[name]
+        if role.kind == "zero_point":
+            if array.dtype.kind not in "iu":    # float8 / float4 (ml_dtypes), not int8
+                out[name] = np.zeros_like(array)
+            continue
         if role.kind == "nonzero":
             if array.dtype.kind in "iu":
                 out[name] = np.where(array == 0, np.ones_like(array), array)
