@@ -222,3 +222,21 @@ def test_a_float8_zero_point_is_made_up_as_zero_and_an_int8_one_stays_random():
     assert fitted["zp"].dtype == f8.dtype and float(fitted["zp"][0]) == 0.0
     int8 = np.full(1, 3, np.int8)
     assert fit_to_roles(model, {"zp": int8}, roles, rng)["zp"][0] == 3
+
+
+def test_an_opset_too_old_to_convert_is_kept_when_its_ops_are_defined_as_today(tmp_path):
+    import onnx
+
+    from edgekit.pipeline.frontends.onnx_source import load_onnx, opset_of
+
+    def saved(op, name):
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node(op, ["x"], ["y"])], "g", [info("x", T.BOOL, [2])],
+            [info("y", T.BOOL, [2])]), opset_imports=[helper.make_opsetid("", 1)], ir_version=3)
+        onnx.save(model, str(tmp_path / name))
+        return tmp_path / name
+    notes: list[str] = []
+    assert opset_of(load_onnx(saved("Not", "not.onnx"), notes)) == 1   # Not: unchanged since 1
+    assert notes and notes[0].startswith("opset 1 kept")
+    with pytest.raises(ModelLoadError, match="opset 1 is older than 7"):
+        load_onnx(saved("Identity", "identity.onnx"))   # Identity: redefined at 13, 14, …
