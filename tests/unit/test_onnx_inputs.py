@@ -240,3 +240,16 @@ def test_an_opset_too_old_to_convert_is_kept_when_its_ops_are_defined_as_today(t
     assert notes and notes[0].startswith("opset 1 kept")
     with pytest.raises(ModelLoadError, match="opset 1 is older than 7"):
         load_onnx(saved("Identity", "identity.onnx"))   # Identity: redefined at 13, 14, …
+
+
+def test_an_index_that_reaches_its_indexer_through_a_where_branch_is_still_an_index():
+    # NegativeLogLikelihoodLoss expanded with ignore_index: Where(target == ii, 0, target)
+    model = graph([helper.make_node("Equal", ["target", "ii"], ["is_ii"]),
+                   helper.make_node("Where", ["is_ii", "zero", "target"], ["t"]),
+                   helper.make_node("GatherElements", ["scores", "t"], ["y"], axis=1)],
+                  [info("scores", T.FLOAT, [3, 5]), info("target", T.INT64, [3, 1])],
+                  initializers=[numpy_helper.from_array(np.array(1), "ii"),
+                                numpy_helper.from_array(np.array(0), "zero")])
+    rng = np.random.default_rng(0)
+    fitted = fit_to_roles(model, {"target": np.full((3, 1), 50)}, input_roles(model), rng)
+    assert fitted["target"].max() < 5

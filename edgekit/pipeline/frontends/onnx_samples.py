@@ -60,6 +60,9 @@ _DISTINCT = {"ScatterElements", "Scatter", "ScatterND"}
 # GatherElements).
 _CARRIERS = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Transpose",
              "Expand"}
+# Where passes either branch's values on (NLLLoss expanded with ignore_index: target → Where(
+# target == ignore_index, 0, target) → GatherElements).
+_CARRIED_AT = {("Where", 1), ("Where", 2)}
 
 
 def input_roles(model) -> dict[str, Role]:
@@ -83,7 +86,8 @@ def input_roles(model) -> dict[str, Role]:
                     carried = role and (tensor == name or role.nd < 0)
                     if carried and (name not in roles or role.kind == "shape"):
                         roles[name] = role
-                    if node.op_type in _CARRIERS and position == 0:
+                    if ((node.op_type in _CARRIERS and position == 0)
+                            or (node.op_type, position) in _CARRIED_AT):
                         following += [o for o in node.output if o not in reached]
             reached.update(following)
             frontier = following
