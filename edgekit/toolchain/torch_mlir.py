@@ -300,9 +300,15 @@ def _weights_as_raw_bytes():
 
 
 def lower(torch_bytecode: bytes, lowering: str) -> bytes:
-    """torch-backend bytecode → bytecode in the lowering's dialect (tosa, linalg or torch)."""
+    """torch-backend bytecode → bytecode in the lowering's dialect (tosa, linalg or torch), in
+    a child process: the pipeline has died of SIGFPE on a conformance model (Reshape of an
+    empty tensor); a crash is a LowerFailure with its signal, and the next lowering is tried."""
     if lowering == "torch":
         return torch_bytecode
+    return in_child(_lower, torch_bytecode, lowering, what=f"torch-mlir's {lowering} lowering")
+
+
+def _lower(torch_bytecode: bytes, lowering: str) -> bytes:
     from torch_mlir import ir
     from torch_mlir.compiler_utils import OutputType, lower_mlir_module
     context, diagnostics = _context_collecting_diagnostics()
