@@ -366,7 +366,12 @@ def main() -> int:
     import edgekit.api.onnx_backend  # noqa: F401
     import edgekit.pipeline.frontends.onnx  # noqa: F401
     import edgekit.toolchain.torch_mlir as tm  # noqa: F401
+    import edgekit.compile.runners  # noqa: F401  (the backend's in-process runner)
+    import edgekit.pipeline.quantize  # noqa: F401
+    import edgekit.validate.local  # noqa: F401
+    from iree.compiler.tools.import_onnx import __main__ as import_onnx  # noqa: F401
     from torch_mlir.extras import onnx_importer  # noqa: F401
+    tm._preload()   # torch-mlir's dialects: ~0.8 s a case when each child imports them
     onnxruntime.set_default_logger_severity(3)
     print(f"{len(cases)} cases (every {opts.sample}th), paths {', '.join(paths)}, "
           f"{opts.jobs} jobs; set up in {time.monotonic() - started:.1f} s", flush=True)

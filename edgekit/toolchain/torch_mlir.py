@@ -161,10 +161,16 @@ def _onnx_to_torch_backend(onnx_form: bytes) -> bytes:
         return _bytecode(module)
 
 
-def in_child(fn, *args, what: str) -> bytes:
+# A child that has not answered by then is killed: a hung conversion is a failed attempt (the
+# next path is tried), not a build that never ends. Same order as a tool run (runner.py).
+CHILD_DEADLINE_S = 1800.0
+
+
+def in_child(fn, *args, what: str, deadline_s: float | None = None) -> bytes:
     """fn(*args) → bytes, run in a forked child (cheap: torch-mlir is imported already).
-    A LowerFailure comes back as one; a crash (signal) or an exit without a result becomes a
-    LowerFailure naming the signal and the child's last stderr line. Without fork (or with
+    A LowerFailure comes back as one; a crash (signal), an exit without a result or no answer
+    within deadline_s (EDGEKIT_CHILD_DEADLINE_S, default CHILD_DEADLINE_S) becomes a
+    LowerFailure naming the cause and the child's last stderr line. Without fork (or with
     EDGEKIT_NO_FORK=1) fn runs here."""
     if not hasattr(os, "fork") or os.environ.get("EDGEKIT_NO_FORK", "") not in ("", "0"):
         return fn(*args)
@@ -192,9 +198,13 @@ def in_child(fn, *args, what: str) -> bytes:
                 out.write(payload)
             os._exit(0)
         os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as result:
-            data = result.read()
+        data, timed_out = _read_until(read_fd, _deadline(deadline_s))
+        if timed_out:
+            os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
+        if timed_out:
+            text = f"{what} gave no answer within {_deadline(deadline_s):.0f} s (killed)"
+            raise LowerFailure(ops_in(text), text)
         if data[:2] == b"ok" and os.WIFEXITED(status):
             return data[2:]
         if data[:2] == b"lf":
@@ -209,6 +219,38 @@ def in_child(fn, *args, what: str) -> bytes:
                  f"exited with status {os.WEXITSTATUS(status)} without a result")
         text = f"{what} {cause}{last}"
         raise LowerFailure(ops_in(text), text)
+
+
+def _deadline(deadline_s: float | None) -> float:
+    if deadline_s is not None:
+        return deadline_s
+    try:
+        return float(os.environ.get("EDGEKIT_CHILD_DEADLINE_S", "") or CHILD_DEADLINE_S)
+    except ValueError:
+        return CHILD_DEADLINE_S
+
+
+def _read_until(fd: int, seconds: float) -> tuple[bytes, bool]:
+    """Everything the child writes to fd until it closes it → (data, False); (data so far,
+    True) when `seconds` pass first."""
+    import select
+    import time
+    end = time.monotonic() + seconds
+    chunks = []
+    try:
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return b"".join(chunks), True
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _preload() -> None:
@@ -258,9 +300,15 @@ def _weights_as_raw_bytes():
 
 
 def lower(torch_bytecode: bytes, lowering: str) -> bytes:
-    """torch-backend bytecode → bytecode in the lowering's dialect (tosa, linalg or torch)."""
+    """torch-backend bytecode → bytecode in the lowering's dialect (tosa, linalg or torch), in
+    a child process: the pipeline has died of SIGFPE on a conformance model (Reshape of an
+    empty tensor); a crash is a LowerFailure with its signal, and the next lowering is tried."""
     if lowering == "torch":
         return torch_bytecode
+    return in_child(_lower, torch_bytecode, lowering, what=f"torch-mlir's {lowering} lowering")
+
+
+def _lower(torch_bytecode: bytes, lowering: str) -> bytes:
     from torch_mlir import ir
     from torch_mlir.compiler_utils import OutputType, lower_mlir_module
     context, diagnostics = _context_collecting_diagnostics()

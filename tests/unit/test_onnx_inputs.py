@@ -11,7 +11,8 @@ from onnx import helper, numpy_helper
 
 from edgekit.config.recipe import DType, InputSpec
 from edgekit.errors import ModelLoadError
-from edgekit.pipeline.frontends.onnx_samples import fit_to_roles, input_roles
+from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
+                                                     refuse_contradicting_samples)
 from edgekit.pipeline.frontends.onnx_source import element_dtype, onnx_inputs
 from edgekit.pipeline.load import as_declared, numpy_dtype, random_array, read_npz
 
@@ -187,3 +188,68 @@ def test_a_float8_e5m2_sample_numpy_cannot_read_back_is_read_as_declared(tmp_pat
     np.savez(tmp_path / "s.npz", f=values)       # written with descr '<f1'
     data = read_npz(tmp_path / "s.npz", "samples")
     np.testing.assert_array_equal(as_declared(data["f"], "float8_e5m2"), values)
+
+
+def test_made_up_inputs_giving_another_output_shape_than_declared_ask_for_samples():
+    # ReduceSum over an `axes` input, its output declared (3, 1, 2): axes=[0] contradicts it
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [3, 2, 2]),
+                                            helper.make_tensor_value_info("axes", T.INT64, [1])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [3, 1, 2])])
+    model = helper.make_model(graph)
+    right, wrong = (np.zeros((3, 1, 2), np.float32),), (np.zeros((1, 2, 2), np.float32),)
+    refuse_contradicting_samples(model, ("axes",), [right, right], "m.onnx")
+    refuse_contradicting_samples(model, (), [wrong], "m.onnx")   # the user's own samples
+    with pytest.raises(ModelLoadError) as refused:
+        refuse_contradicting_samples(model, ("axes",), [right, wrong], "m.onnx")
+    assert "input(s) 'axes' give output 'y' the shape (1, 2, 2) where the model declares " \
+           "(3, 1, 2)" in str(refused.value)
+    assert "`samples:`" in refused.value.hint
+
+
+def test_a_float8_zero_point_is_made_up_as_zero_and_an_int8_one_stays_random():
+    node = helper.make_node("DequantizeLinear", ["x", "s", "zp"], ["y"])
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT8E4M3FN, [5]),
+              helper.make_tensor_value_info("s", T.FLOAT, []),
+              helper.make_tensor_value_info("zp", T.FLOAT8E4M3FN, [1])]
+    graph = helper.make_graph([node], "g", inputs,
+                              [helper.make_tensor_value_info("y", T.FLOAT, [5])])
+    model = helper.make_model(graph)
+    roles = input_roles(model)
+    rng = np.random.default_rng(0)
+    f8 = np.full(1, 0.5, ml_dtypes.float8_e4m3fn)
+    fitted = fit_to_roles(model, {"x": np.ones(5, ml_dtypes.float8_e4m3fn), "zp": f8}, roles, rng)
+    assert fitted["zp"].dtype == f8.dtype and float(fitted["zp"][0]) == 0.0
+    int8 = np.full(1, 3, np.int8)
+    assert fit_to_roles(model, {"zp": int8}, roles, rng)["zp"][0] == 3
+
+
+def test_an_opset_too_old_to_convert_is_kept_when_its_ops_are_defined_as_today(tmp_path):
+    import onnx
+
+    from edgekit.pipeline.frontends.onnx_source import load_onnx, opset_of
+
+    def saved(op, name):
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node(op, ["x"], ["y"])], "g", [info("x", T.BOOL, [2])],
+            [info("y", T.BOOL, [2])]), opset_imports=[helper.make_opsetid("", 1)], ir_version=3)
+        onnx.save(model, str(tmp_path / name))
+        return tmp_path / name
+    notes: list[str] = []
+    assert opset_of(load_onnx(saved("Not", "not.onnx"), notes)) == 1   # Not: unchanged since 1
+    assert notes and notes[0].startswith("opset 1 kept")
+    with pytest.raises(ModelLoadError, match="opset 1 is older than 7"):
+        load_onnx(saved("Identity", "identity.onnx"))   # Identity: redefined at 13, 14, …
+
+
+def test_an_index_that_reaches_its_indexer_through_a_where_branch_is_still_an_index():
+    # NegativeLogLikelihoodLoss expanded with ignore_index: Where(target == ii, 0, target)
+    model = graph([helper.make_node("Equal", ["target", "ii"], ["is_ii"]),
+                   helper.make_node("Where", ["is_ii", "zero", "target"], ["t"]),
+                   helper.make_node("GatherElements", ["scores", "t"], ["y"], axis=1)],
+                  [info("scores", T.FLOAT, [3, 5]), info("target", T.INT64, [3, 1])],
+                  initializers=[numpy_helper.from_array(np.array(1), "ii"),
+                                numpy_helper.from_array(np.array(0), "zero")])
+    rng = np.random.default_rng(0)
+    fitted = fit_to_roles(model, {"target": np.full((3, 1), 50)}, input_roles(model), rng)
+    assert fitted["target"].max() < 5

@@ -4,6 +4,7 @@ the attempt order, and outputs read back in the graph's declared dtype."""
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -31,6 +32,10 @@ def _bare_exception():
     raise KeyError(0)
 
 
+def _hangs():
+    time.sleep(60)
+
+
 def test_a_child_returns_large_results_whole():
     assert in_child(_bytes_back, 1000, what="t") == _bytes_back(1000)
 
@@ -51,6 +56,16 @@ def test_a_crashing_child_is_a_failure_naming_the_signal_and_its_last_stderr_lin
 def test_any_other_exception_in_the_child_is_a_failure_with_its_type():
     with pytest.raises(LowerFailure, match="KeyError: 0"):
         in_child(_bare_exception, what="t")
+
+
+def test_a_child_past_its_deadline_is_killed_and_is_a_one_line_failure(monkeypatch):
+    monkeypatch.setenv("EDGEKIT_CHILD_DEADLINE_S", "1")
+    started = time.monotonic()
+    with pytest.raises(LowerFailure) as failed:
+        in_child(_hangs, what="torch-mlir's ONNX→torch conversion")
+    assert time.monotonic() - started < 10
+    assert str(failed.value) == ("torch-mlir's ONNX→torch conversion gave no answer within "
+                                 "1 s (killed)")
 
 
 def test_a_failing_conversion_fails_tosa_and_linalg_once_and_never_the_torch_lowering():

@@ -20,6 +20,7 @@ from edgekit.errors import ConfigError, ModelLoadError, QuantizationError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
 from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
+                                                     refuse_contradicting_samples,
                                                      refuse_shape_inputs)
 from edgekit.pipeline.frontends.onnx_source import (Reference, check_outputs, load_onnx,
                                                     onnx_digest, onnx_inputs)
@@ -108,6 +109,8 @@ class OnnxFrontend(Frontend[Model]):
         ref = Reference(loaded.model, loaded.input_names, loaded.random_inputs)
         sets = [as_module_sees(s) for s in (loaded.samples, *loaded.more_samples)]
         goldens = [ref(s) for s in sets]
+        refuse_contradicting_samples(loaded.model, loaded.random_inputs, goldens,
+                                     str(recipe.resolve(recipe.model.onnx or "")))
         notes = loaded.notes
         if not keep_f64 and any(a.dtype == np.float64 for a in (*sets[0], *goldens[0])):
             sets = [tuple(_f32(a) for a in s) for s in sets]

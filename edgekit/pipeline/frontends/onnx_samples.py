@@ -21,7 +21,7 @@ from edgekit.errors import ModelLoadError
 class Role:
     """What an input means to the node that reads it."""
 
-    kind: str                       # "index" | "axes" | "nonzero" | "shape"
+    kind: str                       # "index" | "axes" | "nonzero" | "shape" | "zero_point"
     op: str                         # the reading node's op type (for messages)
     data: str = ""                  # index/axes: the tensor they index into
     axis: int = 0                   # index: the dimension indexed
@@ -41,6 +41,9 @@ _AXES = {("CumSum", 1), ("CumProd", 1)} | {(op, 1) for op in (
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
 _NONZERO = {("Div", 1), ("Mod", 1)}
+# A float8 or 4-bit quantization's zero point is 0 in practice ("usually not used", the ONNX
+# spec says); runtimes differ on whether a made-up nonzero one applies. Integer ones stay random.
+_ZERO_POINT = {("DequantizeLinear", 2), ("QuantizeLinear", 2)}
 _SHAPE = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Resize", 1), ("Resize", 2),
           ("Resize", 3), ("Upsample", 1), ("Split", 1), ("Pad", 1), ("Pad", 3), ("Slice", 1),
           ("Slice", 2), ("Slice", 3), ("Slice", 4), ("TopK", 1), ("ConstantOfShape", 0),
@@ -57,6 +60,9 @@ _DISTINCT = {"ScatterElements", "Scatter", "ScatterND"}
 # GatherElements).
 _CARRIERS = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Transpose",
              "Expand"}
+# Where passes either branch's values on (NLLLoss expanded with ignore_index: target → Where(
+# target == ignore_index, 0, target) → GatherElements).
+_CARRIED_AT = {("Where", 1), ("Where", 2)}
 
 
 def input_roles(model) -> dict[str, Role]:
@@ -80,7 +86,8 @@ def input_roles(model) -> dict[str, Role]:
                     carried = role and (tensor == name or role.nd < 0)
                     if carried and (name not in roles or role.kind == "shape"):
                         roles[name] = role
-                    if node.op_type in _CARRIERS and position == 0:
+                    if ((node.op_type in _CARRIERS and position == 0)
+                            or (node.op_type, position) in _CARRIED_AT):
                         following += [o for o in node.output if o not in reached]
             reached.update(following)
             frontier = following
@@ -100,6 +107,8 @@ def _role(node, position: int) -> Role | None:
         return Role("axes", op, data=node.input[0])
     if key in _NONZERO:
         return Role("nonzero", op)
+    if key in _ZERO_POINT:
+        return Role("zero_point", op)
     how = _INDEX.get(key)
     if how == "axis":
         return Role("index", op, data=node.input[0], axis=_attr(node, "axis", 0))
@@ -163,6 +172,41 @@ def refuse_shape_inputs(roles: dict[str, Role], names, where: str) -> None:
                      "beside the other inputs)")
 
 
+def declared_output_shapes(model) -> list[tuple[int, ...] | None]:
+    """Each graph output's shape where the model declares every dimension as a number, else
+    None (IREE's importer compiles a declared shape into the module)."""
+    shapes: list[tuple[int, ...] | None] = []
+    for output in model.graph.output:
+        tensor = output.type.tensor_type
+        dims = tensor.shape.dim if tensor.HasField("shape") else None
+        if dims is None or not all(d.HasField("dim_value") for d in dims):
+            shapes.append(None)
+        else:
+            shapes.append(tuple(int(d.dim_value) for d in dims))
+    return shapes
+
+
+def refuse_contradicting_samples(model, made_up: tuple[str, ...], goldens, where: str) -> None:
+    """Made-up inputs whose reference outputs have other shapes than the model declares (axes,
+    crop sizes, data-dependent outputs such as NonZero's): the module is compiled for the
+    declared shapes, so its golden outputs would judge it on inputs it does not take. A
+    one-line request for `samples:`, naming the made-up integer inputs."""
+    if not made_up:
+        return
+    names = [o.name for o in model.graph.output]
+    declared_shapes = declared_output_shapes(model)
+    for outputs in goldens:
+        for name, declared, golden in zip(names, declared_shapes, outputs):
+            got = tuple(np.shape(golden))
+            if declared is not None and got != declared:
+                raise ModelLoadError(
+                    f"the values edgekit made up for input(s) {', '.join(map(repr, made_up))} "
+                    f"give output {name!r} the shape {got} where the model declares "
+                    f"{declared}: they are not inputs this model takes", where=where,
+                    hint="give real values in `samples:` (a .npz with an array per input "
+                         "name)")
+
+
 def fit_to_roles(model, samples: dict[str, np.ndarray], roles: dict[str, Role],
                  rng: np.random.Generator) -> dict[str, np.ndarray]:
     """`samples` (random arrays, by input name) with each index/axes/divisor input redrawn
@@ -179,6 +223,10 @@ def fit_to_roles(model, samples: dict[str, np.ndarray], roles: dict[str, Role],
         if name not in out or role.kind == "shape":
             continue
         array = out[name]
+        if role.kind == "zero_point":
+            if array.dtype.kind not in "iu":    # float8 / float4 (ml_dtypes), not int8
+                out[name] = np.zeros_like(array)
+            continue
         if role.kind == "nonzero":
             if array.dtype.kind in "iu":
                 out[name] = np.where(array == 0, np.ones_like(array), array)

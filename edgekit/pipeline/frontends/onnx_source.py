@@ -63,6 +63,10 @@ def _upgraded(model, where: str, notes: list[str]):
     opset = opset_of(model)
     if opset >= UPGRADE_TO or not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         return model       # new enough, or no standard ops (e.g. only ai.onnx.ml) to upgrade
+    if opset < MIN_OPSET and _defined_as_in(model, opset, UPGRADE_TO):
+        notes.append(f"opset {opset} kept: onnx.version_converter does not upgrade it, and "
+                     f"its operators are defined as in opset {UPGRADE_TO}")
+        return model
     if opset < MIN_OPSET:
         raise ModelLoadError(f"opset {opset} is older than {MIN_OPSET}, the oldest "
                              "onnx.version_converter upgrades", where=where,
@@ -71,7 +75,7 @@ def _upgraded(model, where: str, notes: list[str]):
         converted = onnx.version_converter.convert_version(model, UPGRADE_TO)
     except Exception as exc:  # the converter raises RuntimeError, IndexError, ValidationError
         reason = _line(exc)
-        if opset < KEEP_UNCONVERTED_FROM:
+        if opset < KEEP_UNCONVERTED_FROM and not _defined_as_in(model, opset, UPGRADE_TO):
             raise ModelLoadError(
                 f"opset {opset} is too old for the importer and onnx.version_converter cannot "
                 f"upgrade it to {UPGRADE_TO}: {reason}", where=where,
@@ -81,6 +85,32 @@ def _upgraded(model, where: str, notes: list[str]):
         return model
     notes.append(f"opset {opset} upgraded to {UPGRADE_TO} by onnx.version_converter")
     return converted
+
+
+def _defined_as_in(model, opset: int, newer: int) -> bool:
+    """Every standard operator of the model (subgraphs included) has the same definition at
+    `opset` as at `newer`: the model means the same there, no upgrade needed (opset-1 Not)."""
+    import onnx
+
+    def nodes(graph):
+        for node in graph.node:
+            yield node
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    yield from nodes(attr.g)
+                for sub in attr.graphs:
+                    yield from nodes(sub)
+    for node in nodes(model.graph):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            old = onnx.defs.get_schema(node.op_type, opset, "").since_version
+            new = onnx.defs.get_schema(node.op_type, newer, "").since_version
+        except onnx.defs.SchemaError:
+            return False
+        if old != new:
+            return False
+    return True
 
 
 def _initializers(model):
