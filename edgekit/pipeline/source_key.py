@@ -152,10 +152,12 @@ def module_graph(module: str | None, path: str) -> dict[str, str] | None:
 def model_sources(recipe: Recipe) -> dict[str, str] | None:
     """The model's source files with their sha256, or None when they cannot decide."""
     source = recipe.model
-    if source.exported or source.onnx:
-        path = recipe.resolve(source.exported or source.onnx)
+    if not source.python:       # a model file (any kind): its bytes; what it refers to (external
+        # data) is read at load, so recorded with the build's reads
+        model_file = next(v for k, v in source.model_dump().items() if isinstance(v, str))
+        path = recipe.resolve(model_file)
         return {str(path.resolve()): _sha256(str(path))} if path.is_file() else None
-    module_part = (source.python or "").rpartition(":")[0]
+    module_part = source.python.rpartition(":")[0]
     if module_part.endswith(".py"):
         path = recipe.resolve(module_part)
         return module_graph(None, str(path)) if path.is_file() else None
