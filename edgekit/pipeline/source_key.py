@@ -177,6 +177,18 @@ def _sha256(path: str) -> str | None:
     return digest.hexdigest()
 
 
+@functools.cache
+def _own_code() -> str:
+    """edgekit's own sources: its load/export code, imported before a build reads anything,
+    shapes the exported program too (an edited checkout is another toolchain). ~150 files."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _steer_name(steer: Steer | None) -> str | None:
     """The steering's identity in the key; None when it does not declare what it reads."""
     if steer is None:
@@ -206,6 +218,7 @@ def source_key(options: BuildOptions, recipe: Recipe, target: Target) -> str | N
         "target": target.fingerprint(),
         "toolchain": toolchain_versions(),
         "python": sys.version,
+        "edgekit": _own_code(),
         "sources": sources,
     })
 
