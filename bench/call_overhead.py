@@ -14,7 +14,12 @@ Rows:
   numpy in and out (compile/runners.py `LeanCall`);
 - `edgekit runner (invoker)`: the same runner through IREE's general `FunctionInvoker`
   (the call path before the lean one), for before/after in the same run;
-- onnxruntime (1 thread, sequential) and PyTorch eager (`torch.no_grad`).
+- `edgekit lean call, local-sync`: the same module and lean call on the `local-sync` driver
+  (the runner uses the profile's driver, `local-task` for host: its task system dominates a
+  call this small);
+- onnxruntime (1 thread, sequential) and PyTorch eager (`torch.no_grad`);
+- `torch.compile eager backend`: dynamo's own per-call cost (guards, frame), which
+  `edgekit.compile` pays too.
 Everything runs single-threaded (IREE `local-sync`, ORT intra/inter-op 1, torch 1 thread).
 """
 
@@ -76,6 +81,14 @@ def main() -> int:
     runner = runners._IN_PROCESS[-1]          # the graph's in-process runner, just created
     lean = runner._call
     assert lean is not None, "the add graph's ABI should take the lean path"
+    # the same module on `local-sync` (no task system): what a 1-thread in-process call costs
+    import iree.runtime as rt
+    config = rt.Config("local-sync")
+    context = rt.SystemContext(config=config)
+    bundle = runner.bundle
+    context.add_vm_module(rt.VmModule.mmap(config.vm_instance, str(bundle.module)))
+    sync_call = runners.LeanCall.bind(rt, context, config.device,
+                                      context.modules.module[bundle.manifest.entry_function])
     session = _ort_session(model, x, y)
     feeds = {"x": xn, "y": yn}
 
@@ -94,12 +107,20 @@ def main() -> int:
         with torch.no_grad():
             return compiled(x, y)
 
+    dynamo_only = torch.compile(model, backend="eager")
+
+    def via_dynamo():
+        with torch.no_grad():
+            return dynamo_only(x, y)
+
     cases = {
         "onnxruntime": lambda: session.run(None, feeds),
         "torch eager": eager,
         "edgekit.compile": via_compile,
+        "torch.compile eager backend": via_dynamo,
         "edgekit runner (lean)": lambda: runner.run([xn, yn]),
         "edgekit runner (invoker)": invoker_run,
+        "edgekit lean call, local-sync": lambda: sync_call([xn, yn]),
     }
     for name, fn in cases.items():       # same answer everywhere, and warm
         out = fn()
@@ -128,12 +149,13 @@ def main() -> int:
     rows = []
     print(f"one add on 1x16, {args.rounds} rounds x {args.calls} calls, load "
           f"{os.getloadavg()[0]:.2f} (1 min)")
-    print(f"{'runner':28s} {'p50 µs':>8s} {'p90 µs':>8s} {'p50 / ort':>10s}")
+    print(f"edgekit runner driver: {bundle.manifest.runtime_driver}")
+    print(f"{'runner':30s} {'p50 µs':>8s} {'p90 µs':>8s} {'p50 / ort':>10s}")
     for name, samples in times.items():
         p50, p90 = statistics.median(samples), pct(samples, 0.9)
         rows.append({"runner": name, "p50_us": round(p50 * 1e6, 2),
                      "p90_us": round(p90 * 1e6, 2), "ratio_to_ort": round(p50 / ort_p50, 2)})
-        print(f"{name:28s} {p50 * 1e6:8.1f} {p90 * 1e6:8.1f} {p50 / ort_p50:9.2f}x")
+        print(f"{name:30s} {p50 * 1e6:8.1f} {p90 * 1e6:8.1f} {p50 / ort_p50:9.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg()}, indent=2))
     return 0

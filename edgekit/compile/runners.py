@@ -85,6 +85,7 @@ class InProcessRunner(Runner):
         import iree.runtime as rt
         m = bundle.manifest
         super().__init__(stats, f"iree.runtime in this process, driver {m.runtime_driver}")
+        self.bundle = bundle
         config = rt.Config(m.runtime_driver)
         self._context = rt.SystemContext(config=config)
         self._context.add_vm_module(rt.VmModule.mmap(config.vm_instance, str(bundle.module)))
