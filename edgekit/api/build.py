@@ -7,16 +7,22 @@ import dataclasses
 from collections.abc import Callable
 
 from edgekit.config.profiles import Target
-from edgekit.pipeline import build as pipeline
-from edgekit.pipeline.build import BuildOptions, BuildResult, Steering
-from edgekit.pipeline.check import learned_lowering
-from edgekit.tune.tuner import tuned_choice
+# torch-free imports only: a hit found from the model's sources (pipeline/source_key.py) never
+# imports torch; the pipeline, the tuner and check load when a build needs them
+from edgekit.pipeline.build_types import BuildOptions, BuildResult, Steering
+from edgekit.pipeline.source_key import hit_from_sources
 
 
 def recorded_steering(digest: str, target: Target) -> Steering:
     """The tuning record and check verdict kept in $EDGEKIT_HOME for this model and target."""
+    from edgekit.pipeline.check import learned_lowering, verdict_path
+    from edgekit.tune.tuner import record_path, tuned_choice
     return Steering(tuning=tuned_choice(digest, target),
-                    first_lowering=learned_lowering(digest, target))
+                    first_lowering=learned_lowering(digest, target),
+                    read_from=(record_path(digest, target), verdict_path(digest, target)))
+
+
+recorded_steering.declares_reads = True   # its `read_from` is complete (source_key.py)
 
 
 def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) -> BuildResult:
@@ -24,6 +30,10 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     the recorded tuning choice (unless `use_tuned` is off) and check verdict."""
     if options.steer is None:
         options = dataclasses.replace(options, steer=recorded_steering)
+    hit = hit_from_sources(options)
+    if hit is not None:
+        return hit
+    from edgekit.pipeline import build as pipeline
     return pipeline.build(options, on_stage)
 
 

@@ -9,94 +9,34 @@ graphs (compile/backend.py) go through it and through the same key.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.config.recipe import Recipe, load_recipe
+from edgekit.config.recipe import Recipe
 from edgekit.config.profiles import Target, load_target
-from edgekit.errors import BundleError
-from edgekit.models.bundle import (Bundle, QuantizationNote, TuningNote, load_bundle, sha256_file,
-                                   write_manifest, write_tar)
+from edgekit.models.bundle import Bundle, QuantizationNote, load_bundle, sha256_file
+# the options and results live in a torch-free module (a source-keyed hit imports no toolchain);
+# re-exported here, where callers have always found them
+from edgekit.pipeline.build_types import (BuildOptions, BuildResult, Steer, Steering,  # noqa: F401
+                                          Variant, default_out)
 from edgekit.pipeline.cache import BuildCache, cache_key
+from edgekit.pipeline.hit import _publish, _write_tar
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.load import LoadedModel
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
                                     compile_variants, import_module, lower_and_compile)
 from edgekit.pipeline.package import BundleIdentity, package_bundle
-from edgekit.pipeline.publish import output_lock, publish, staging_dir
+from edgekit.pipeline import source_key
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
-from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
-from edgekit.toolchain.signing import sign_bundle, verify_bundle
 from edgekit.toolchain.versions import toolchain_versions
 from edgekit.validate.golden import check_golden
 from edgekit.validate.tolerance import with_build_defaults
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A lowering + named flag set: what `edgekit tune` compares and chooses."""
-
-    lowering: str
-    flag_set: str
-    flags: tuple[str, ...]
-
-    @property
-    def name(self) -> str:
-        return f"{self.lowering}/{self.flag_set}"
-
-    def applied_to(self, recipe: Recipe) -> Recipe:
-        """The recipe with this lowering, and this set's flags before the recipe's own."""
-        compile_options = recipe.compile.model_copy(
-            update={"flags": (*self.flags, *recipe.compile.flags)})
-        # model_copy keeps the private `_path`, so relative paths still resolve
-        return recipe.model_copy(update={"lowering": self.lowering, "compile": compile_options})
-
-
-@dataclass(frozen=True)
-class Steering:
-    """What earlier runs learned about this model on this target: `edgekit tune`'s choice and
-    the lowering `edgekit check` found to build. An explicit input of the build: it enters the
-    cache key (through the variant's flags and the lowering order) and the manifest."""
-
-    tuning: TuningNote | None = None
-    first_lowering: tuple[str, str] | None = None   # (lowering, why) tried first by `auto`
-
-
-# (model digest, target) → what steers the build; the application layer supplies it, reading
-# the tuning records and check verdicts (the pipeline itself reads no side files).
-Steer = Callable[[str, Target], Steering]
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    recipe: Path
-    target: str
-    out: Path | None = None         # default: build/<app>-<target>
-    use_cache: bool = True
-    tar: bool = False               # also write <out>.tar
-    use_tuned: bool = True          # apply the steering's tuning choice (if `steer` is given)
-    variant: Variant | None = None  # build this lowering + flag set instead (tune's candidates)
-    steer: Steer | None = None      # what earlier tune/check runs learned (see Steering)
-    quantize: str | None = None     # "none" or a mode: overrides the recipe's `quantize:` mode
-    private: bool = False           # the bundle goes to a new temporary directory, not `out`
-                                    # (deploy: its own copy); the caller removes its parent
-    trust_pickle: bool = False      # load the recipe's .pt2 (`--trust-pickle`): it is unpickled
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    bundle: Bundle
-    cached: bool
-    seconds: float
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-    tar: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -162,17 +102,20 @@ def refuse_uninformative(recipe: Recipe, exported: ExportedModel) -> ExportedMod
 def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) -> BuildResult:
     """Build (or fetch from the cache) the bundle for a recipe and target profile."""
     started = time.perf_counter()
-    recipe = with_quantize_mode(load_recipe(options.recipe), options.quantize)
-    if options.trust_pickle:
-        recipe = recipe.trusting_pickle()
+    base = source_key.loaded_recipe(options)
+    recipe = with_quantize_mode(base, options.quantize)
     target = load_target(options.target)
+    skey = source_key.source_key(options, base, target)
     out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
     try:
-        exported = run_plan(FRONT, recipe, recipe, timings, on_stage)
-        steering = options.steer(exported.digest, target) if options.steer else Steering()
-        variant, tuning = options.variant, None
+        with source_key.recording_reads() as read:
+            first_export = run_plan(FRONT[:2], recipe, recipe, timings, on_stage)
+            exported = run_plan(FRONT[2:], recipe, first_export, timings, on_stage)
+            steering = options.steer(exported.digest, target) if options.steer else \
+                Steering(read_from=())
+        front_recipe, variant, tuning = recipe, options.variant, None
         if variant is None and options.use_tuned and recipe.lowering == "auto" and \
                 steering.tuning is not None:
             tuning = steering.tuning
@@ -191,6 +134,9 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         if entry is None:
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
             entry = cache.store(key, bundle.path, replace=not options.use_cache)
+        if skey is not None and steering.read_from is not None:
+            _remember_sources(skey, key, tuning, front_recipe, first_export.digest, read,
+                              steering.read_from, timings)
         if options.private:
             out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
         _publish(entry, out, tuning, cached, key)
@@ -203,8 +149,22 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
                        stage_seconds=timings, tar=tar)
 
 
-def default_out(recipe: Recipe, target: Target) -> Path:
-    return Path("build") / f"{recipe.name}-{target.name}"
+def _remember_sources(skey: str, key: str, tuning, recipe: Recipe, digest: str, read: set[str],
+                      steering_files: tuple[Path, ...], timings: dict[str, float]) -> None:
+    """Keep the source key's record (source_key.py), once the sources proved deterministic: a
+    second load+export of them gives the same program (an unseeded model would otherwise be
+    answered from a record of another draw). Costs one load+export per new record."""
+    known = source_key.load_record(skey)
+    if known is not None and known.key == key and known.still_holds():
+        return
+    started = time.perf_counter()
+    with source_key.recording_reads() as again:
+        second = run_plan(FRONT[:2], recipe, recipe, {}, None)
+    timings["determinism check"] = round(time.perf_counter() - started, 3)
+    if second.digest != digest:
+        return           # not deterministic: the full key decides, every time
+    files = read | again | {str(p) for p in steering_files}
+    source_key.store_record(skey, key, tuning, files)
 
 
 def with_quantize_mode(recipe: Recipe, mode: str | None) -> Recipe:
@@ -239,60 +199,3 @@ def build_key(origin: dict, target: Target, exported: ExportedModel,
     })
 
 
-def _check_copy(copy: Path, cached: bool, key: str, entry: Path) -> None:
-    """The copy of cache `entry` is what its signer built, under this cache key (signed in its
-    manifest): a cache entry changed after it was stored (another model swapped in with a
-    re-hashed manifest, or another signed bundle copied over it) fails here."""
-    try:
-        bundle = load_bundle(copy)
-        bundle.verify()
-        verify_bundle(copy)
-        if bundle.manifest.build_key != key:
-            raise BundleError(f"it was built under cache key {bundle.manifest.build_key[:12]}…"
-                              f", not {key[:12]}… (another build)", where=str(entry))
-    except BundleError as exc:
-        if not cached:
-            raise
-        raise type(exc)(f"the cached build is not what was built: {exc.what}", where=exc.where,
-                        hint="`edgekit build --no-cache` rebuilds it and replaces the cache "
-                             "entry") from None
-
-
-def _record_tuning(out: Path, tuning: TuningNote | None) -> bool:
-    """The tuning note, and the runtime driver it implies, live in the published manifest only:
-    they are not part of the module's bytes, so re-tuning to the same variant stays a cache
-    hit. (The driver is part of the release id: run.env carries it to the device.)"""
-    bundle = load_bundle(out)
-    m = bundle.manifest
-    # the driver the tuner measured the choice with (local-sync for one thread)
-    driver = iree.driver_for_threads(m.runtime_driver, tuning.threads) if tuning \
-        else m.runtime_driver
-    if m.tuning != tuning or m.runtime_driver != driver:
-        write_manifest(out, m.model_copy(update={"tuning": tuning, "runtime_driver": driver}))
-        return True   # the manifest changed: signed again
-    return False
-
-
-def _publish(entry: Path, out: Path, tuning: TuningNote | None, cached: bool,
-             key: str) -> None:
-    """Copy the cached bundle beside `out`, check it is what was built, finish it there (the
-    tuning note, signed again), then publish it whole: readers of `out` see the old bundle or
-    the new one, never a mix (publish.py)."""
-    staging = staging_dir(out)
-    try:
-        shutil.copytree(entry, staging, dirs_exist_ok=True)
-        _check_copy(staging, cached, key, entry)
-        if _record_tuning(staging, tuning):
-            sign_bundle(staging)
-        publish(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)   # gone already when published
-
-
-def _write_tar(out: Path) -> Path:
-    archive = out.parent / f"{out.name}.tar"
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}-tar-", dir=out.parent) as tmp:
-        with output_lock(out, shared=True):
-            write_tar(out, Path(tmp) / archive.name)
-        os.replace(Path(tmp) / archive.name, archive)
-    return archive

@@ -254,6 +254,11 @@ def _store(digest: str, target: Target) -> Path:
     return cache_root() / "check" / f"{key}.json"
 
 
+def verdict_path(digest: str, target: Target) -> Path:
+    """Where check's verdict for this model and target is kept (read by `build`'s steering)."""
+    return _store(digest, target)
+
+
 def remember(report: CheckReport, digest: str, target: Target) -> CheckReport:
     """Keep what check learned, so `lowering: auto` starts with the lowering that works."""
     path = _store(digest, target)
