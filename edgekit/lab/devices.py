@@ -272,10 +272,11 @@ def enter_script(device: LabDevice) -> str:
     q = shlex.quote
     command = '"${SSH_ORIGINAL_COMMAND:-exec /bin/sh -l}"'
     if not device.chroot:
-        # a user namespace (as root) to bind the device's home over the user's, then a nested
+        # a user namespace (as root) to bind (recursively: a user namespace may not bind a tree
+        # without the mounts under it) the device's home over the user's, then a nested
         # one back to the user's own uid; a fresh environment: the user's login shell ran
         # first (bash, run by sshd, reads ~/.bashrc), but a device has not this machine's PATH
-        inner = (f"mount --bind {q(device.host_home)} {q(device.home)} || exit 125; "
+        inner = (f"mount --rbind {q(device.host_home)} {q(device.home)} || exit 125; "
                  f"exec unshare --user --map-user={os.getuid()} --map-group={os.getgid()} "
                  f'--wd {q(device.home)} env -i HOME={q(device.home)} "USER=$USER" '
                  f'"LOGNAME=$LOGNAME" PATH={DEVICE_PATH} "TERM=$TERM" /bin/sh -c "$1"')
