@@ -36,5 +36,5 @@ def test_every_session_goes_through_the_devices_enter_script_as_the_user():
     script = enter_script(device("/cache/rootfs"))
     assert "unshare --user --map-root-user --mount" in script
     assert "remount,bind,ro" in script          # the shared rootfs is read-only to devices
-    assert "mount --bind /home/me/.config/edgekit/lab/devices/pi/home /home/me" in enter_script(
+    assert "mount --rbind /home/me/.config/edgekit/lab/devices/pi/home /home/me" in enter_script(
         device(""))
