@@ -70,14 +70,21 @@ def preflight_target(conn: Transport, target: Target) -> DeviceInfo:
     """Before a build for `target`: the device answers, and can run `target`'s code (the same
     checks as a bundle's preflight, less the free space the build's size decides)."""
     info = probe(conn)
-    found = preflight.target_problems(target, info)
+    refuse_if(preflight.target_problems(target, info), conn, info, target.backend,
+              nothing_done="nothing was built or uploaded")
+    return info
+
+
+def refuse_if(found: list[str], conn: Transport, info: DeviceInfo, backend: str,
+              nothing_done: str) -> None:
+    """A device that cannot run the code: one line with every problem, and the targets
+    that fit it (of the same backend first) as the hint."""
     if found:
-        fits = preflight.fitting_targets(info, backend=target.backend) or \
+        fits = preflight.fitting_targets(info, backend=backend) or \
             preflight.fitting_targets(info)
         raise DeviceIncompatible("; ".join(found), where=conn.where,
-                                 hint=f"nothing was built or uploaded; targets that fit this "
-                                      f"device: {', '.join(fits) or 'none known'}")
-    return info
+                                 hint=f"{nothing_done}; targets that fit this device: "
+                                      f"{', '.join(fits) or 'none known'}")
 
 
 def release_id(bundle: Bundle) -> str:
@@ -125,13 +132,8 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     stage("preflight")
     info = probe(conn)
     payload = sum(bundle.file(f).stat().st_size for f in m.files)
-    found = preflight.problems(m, info, payload)
-    if found:
-        fits = preflight.fitting_targets(info, backend=m.backend) or \
-            preflight.fitting_targets(info)
-        raise DeviceIncompatible("; ".join(found), where=conn.where,
-                                 hint=f"nothing was uploaded; targets that fit this device: "
-                                      f"{', '.join(fits) or 'none known'}")
+    refuse_if(preflight.problems(m, info, payload), conn, info, m.backend,
+              nothing_done="nothing was uploaded")
     variant, skipped = preflight.pick_variant(m, info)
     if m.variants:
         stage(f"preflight: runs {'variant ' + variant.name if variant else 'the baseline'}")
