@@ -33,7 +33,8 @@ from edgekit.pipeline.publish import output_lock, publish, staging_dir
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import keep_temps
-from edgekit.toolchain.signing import sign_bundle, verify_bundle
+from edgekit.toolchain.signing import (own_key_tag, sign_bundle, signed_by_a_trusted_key,
+                                       verify_bundle)
 from edgekit.toolchain.versions import toolchain_versions
 from edgekit.validate.golden import check_golden
 from edgekit.validate.tolerance import with_build_defaults
@@ -186,11 +187,12 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
                           workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
                           first_lowering=first)
         cache = BuildCache()
-        entry = cache.lookup(key) if options.use_cache else None
+        slot = cache_slot(cache, key)
+        entry = cache.lookup(slot) if options.use_cache else None
         cached = entry is not None
         if entry is None:
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
-            entry = cache.store(key, bundle.path, replace=not options.use_cache)
+            entry = cache.store(slot, bundle.path, replace=not options.use_cache)
         if options.private:
             out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
         _publish(entry, out, tuning, cached, key)
@@ -201,6 +203,17 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
                        stage_seconds=timings, tar=tar)
+
+
+def cache_slot(cache: BuildCache, key: str) -> str:
+    """Where this build is cached: under `key`, unless that entry was signed by a key this
+    $EDGEKIT_HOME does not trust (a cache shared by several homes or users): then under `key`
+    and this home's signing key, built here once. Trusting it would accept bundles nobody here
+    signed; re-signing it would sign what this key never built."""
+    entry = cache.lookup(key)
+    if entry is None or signed_by_a_trusted_key(entry):
+        return key
+    return f"{key}-{own_key_tag()}"
 
 
 def default_out(recipe: Recipe, target: Target) -> Path:
