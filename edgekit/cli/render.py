@@ -125,6 +125,11 @@ def quantization_summary(q) -> None:
         out.print(f"    {o.name}: {cos}, max abs error {o.max_abs_error:.3g}{top1}")
 
 
+def mode_cell(mode: str) -> str:
+    """A quantization mode in a narrow column: broken at its hyphen, never mid-word."""
+    return mode if wide else mode.replace("-", "-\n")
+
+
 def quantization_comparison(results) -> None:
     """Size, accuracy vs fp32, compute and host latency per mode (`--compare-quantization`)."""
     base = next((r for r in results if r.mode == "fp32" and r.bundle), None)
@@ -134,7 +139,8 @@ def quantization_comparison(results) -> None:
         ("speed", "num")])
     for r in results:
         if not r.bundle:
-            table.add_row(r.mode, "", "", "", "", "", f"[yellow]{r.status}[/]", "", "")
+            table.add_row(mode_cell(r.mode), "", "", "", "", "", f"[yellow]{r.status}[/]", "",
+                          "")
             continue
         q = r.quantization
         acc = q.accuracy.outputs[0] if q and q.accuracy else None
@@ -143,7 +149,7 @@ def quantization_comparison(results) -> None:
                                                          (c.f32, "f32")) if n) if c else "f32")
         speed = (f"{base.p50_ms / r.p50_ms:.2f}×" if base and base.p50_ms and r.p50_ms else "")
         table.add_row(
-            r.mode, f"{r.size:,}", f"{r.size / base.size:.2f}×" if base else "",
+            mode_cell(r.mode), f"{r.size:,}", f"{r.size / base.size:.2f}×" if base else "",
             f"{acc.min_cosine:.6f}" if acc and acc.min_cosine is not None else
             "1" if not q else "n/a",
             f"{acc.max_abs_error:.3g}" if acc else "0" if not q else "n/a",

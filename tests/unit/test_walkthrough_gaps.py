@@ -67,3 +67,13 @@ def test_a_reason_that_holds_in_several_rounds_is_said_once():
     reasons = merged_reasons([(busy(95), busy(20)), (busy(88), busy(20))], stats)
     assert len(reasons) == 1 and reasons[0].startswith("heavy load: CPUs 95% busy"), reasons
     assert "in 2 of 2 rounds" in reasons[0]
+
+
+def test_a_quantization_mode_breaks_at_its_hyphen_not_mid_word(narrow):
+    from types import SimpleNamespace as NS
+    rows = [NS(mode="int8-weights", status="failed", reason="stage compile: no", bundle=None,
+               size=0, p50_ms=None, measured_on="", quantization=None)]
+    render.quantization_comparison(rows)
+    lines = [line.strip() for line in narrow.getvalue().splitlines()]
+    assert "int8-" in [line.split()[0] for line in lines if line] and \
+        any(line.startswith("weights") for line in lines), narrow.getvalue()
