@@ -5,7 +5,7 @@ validate on the device, activate), report, and stop the device."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgekit.config.resources import recipes_dir
@@ -35,4 +35,7 @@ def run_demo(recipe: Path = DEFAULT_RECIPE, arch: str = "x86_64", target: str | 
         if on_stage:
             on_stage(f"stopping {device.name}")
         lab.down([device.name])
+    # the device is unregistered now: the report names it as it was named while it ran
+    result = replace(result, device=device.name,
+                     report=result.report.model_copy(update={"where": device.name}))
     return DemoResult(device=device.name, deploy=result)

@@ -20,7 +20,7 @@ from edgekit.config.recipe import Recipe
 from edgekit.device.trial import trial_on_device
 from edgekit.errors import ToolError
 from edgekit.models.bundle import Bundle, QuantizationNote, load_bundle
-from edgekit.pipeline.build import BACK, BackContext, build_key, recipe_origin
+from edgekit.pipeline.build import BACK, BackContext, build_key, cache_slot, recipe_origin
 from edgekit.pipeline.cache import BuildCache
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.frontends.torch import TorchFrontend
@@ -69,7 +69,8 @@ def build_variant(recipe: Recipe, target: Target, exported: ExportedModel, label
     key = build_key({"kind": "edgekit bisect", "what": label, **recipe_origin(recipe)},
                     target, exported)
     cache = BuildCache()
-    entry = cache.lookup(key)
+    slot = cache_slot(cache, key)     # another home's entry is not ours to use
+    entry = cache.lookup(slot)
     if entry is None:
         say(f"{label}: compiling for {target.name}")
 
@@ -82,7 +83,7 @@ def build_variant(recipe: Recipe, target: Target, exported: ExportedModel, label
             ctx = BackContext(target, recipe.lowering, recipe.compile.flags, identity, workdir,
                               workdir / "bundle", reproducer_dir=workdir / "reproducer")
             bundle = run_plan(BACK, ctx, exported, timings={})
-            entry = cache.store(key, bundle.path)
+            entry = cache.store(slot, bundle.path)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     return Built(load_bundle(entry), exported.golden, fp32, exported.quantization)

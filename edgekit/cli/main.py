@@ -213,16 +213,16 @@ def targets() -> None:
 @handle_errors
 def targets_list(as_json: bool) -> None:
     """Every profile found (EDGEKIT_TARGETS_PATH, ./targets, built-in)."""
-    from rich.table import Table
-
     from edgekit.config.profiles import available_targets, load_target
     rows = [load_target(str(path)) for path in available_targets().values()]
     if as_json:
         render.emit_json([t.model_dump(mode="json") for t in rows])
         return
-    table = Table()
-    for col in ("name", "arch", "backend", "cpu / gpu", "description"):
-        table.add_column(col)
+    # names, arches and backends stay whole (they are typed back); the description folds
+    table = render.fitted_table("", [("name", "key"), ("arch", "key"), ("backend", "key"),
+                                     ("cpu / gpu", "short"), ("description", "text")])
+    if not render.wide:
+        table.columns[-2].max_width = 14      # one long Vulkan profile name folds
     for t in rows:
         device = t.cpu.cpu if t.cpu else (t.vulkan.target if t.vulkan else "")
         table.add_row(t.name, t.arch, t.backend, device, t.description)
@@ -435,12 +435,10 @@ def devices() -> None:
 @handle_errors
 def devices_trust(host: str, fingerprint: str | None, replace: bool, yes: bool) -> None:
     """Show a device's host key fingerprint and pin it."""
-    from edgekit.config.devices import load_registry
+    from edgekit.config.devices import lookup_device
     from edgekit.errors import ConfigError, HostKeyChanged
-    from edgekit.config.address import parse_address
     from edgekit.transport.ssh import fetch_host_key, pin_host_key, pinned_fingerprint
-    entry = load_registry().get(host)
-    address = parse_address(entry.address if entry else host)
+    address, _ = lookup_device(host)
     key_type, key_b64, seen = fetch_host_key(address)
     pinned = pinned_fingerprint(address)
     render.out.print(f"{address} presents {key_type} {seen}")

@@ -36,12 +36,14 @@ def set_wide(value: bool) -> None:
 def fitted_table(title: str, columns: list[tuple[str, str]], **kwargs) -> Table:
     """A table that fits the terminal deliberately. Each column is (header, kind): "num" never
     wraps (a cut number reads as another number), "text" folds onto more lines, "short" (names,
-    ids) wraps at its own spaces and folds long words. With --wide nothing wraps."""
+    ids) wraps at its own spaces and folds long words, "key" (a name typed back: a target, a
+    backend) is never wrapped or cut. With --wide nothing wraps."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0),
                   **kwargs)
     for header, kind in columns:
         table.add_column(header, justify="right" if kind == "num" else "left",
-                         no_wrap=kind == "num" or wide,
+                         no_wrap=kind in ("num", "key") or wide,
+                         min_width=None if kind != "key" else len(header),
                          overflow="fold" if kind != "num" else "ellipsis")
     return table
 
@@ -123,6 +125,11 @@ def quantization_summary(q) -> None:
         out.print(f"    {o.name}: {cos}, max abs error {o.max_abs_error:.3g}{top1}")
 
 
+def mode_cell(mode: str) -> str:
+    """A quantization mode in a narrow column: broken at its hyphen, never mid-word."""
+    return mode if wide else mode.replace("-", "-\n")
+
+
 def quantization_comparison(results) -> None:
     """Size, accuracy vs fp32, compute and host latency per mode (`--compare-quantization`)."""
     base = next((r for r in results if r.mode == "fp32" and r.bundle), None)
@@ -132,7 +139,8 @@ def quantization_comparison(results) -> None:
         ("speed", "num")])
     for r in results:
         if not r.bundle:
-            table.add_row(r.mode, "", "", "", "", "", f"[yellow]{r.status}[/]", "", "")
+            table.add_row(mode_cell(r.mode), "", "", "", "", "", f"[yellow]{r.status}[/]", "",
+                          "")
             continue
         q = r.quantization
         acc = q.accuracy.outputs[0] if q and q.accuracy else None
@@ -141,7 +149,7 @@ def quantization_comparison(results) -> None:
                                                          (c.f32, "f32")) if n) if c else "f32")
         speed = (f"{base.p50_ms / r.p50_ms:.2f}×" if base and base.p50_ms and r.p50_ms else "")
         table.add_row(
-            r.mode, f"{r.size:,}", f"{r.size / base.size:.2f}×" if base else "",
+            mode_cell(r.mode), f"{r.size:,}", f"{r.size / base.size:.2f}×" if base else "",
             f"{acc.min_cosine:.6f}" if acc and acc.min_cosine is not None else
             "1" if not q else "n/a",
             f"{acc.max_abs_error:.3g}" if acc else "0" if not q else "n/a",
@@ -360,15 +368,25 @@ def comparison_table(comparisons, title: str = "against the previous release") -
 
 
 def check_table(report) -> None:
+    """Per op: imports, lowers (tosa, linalg), compiles. At terminal width an op's first
+    failure follows the table, one line per op (--wide: a column)."""
     mark = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}
-    table = Table(title=f"{report.model} ({report.kind}) for {report.target}")
-    for col in ("op", "count", "import", "tosa", "linalg", f"compile ({report.target})",
-                "first failure"):
-        table.add_column(col)
+    columns = [("op", "short"), ("count", "num"), ("import", "key"), ("tosa", "key"),
+               ("linalg", "key"), ("compile", "key")]
+    if wide:
+        columns.append(("first failure", "text"))
+    table = fitted_table(f"{report.model} ({report.kind}) for {report.target}", columns)
     for s in report.ops:
-        table.add_row(s.op, str(s.count), mark[s.imported], mark[s.tosa], mark[s.linalg],
-                      mark[s.compiled], s.failure)
+        row = [escape(s.op), str(s.count), mark[s.imported], mark[s.tosa], mark[s.linalg],
+               mark[s.compiled]]
+        if wide:
+            row.append(escape(s.failure or ""))
+        table.add_row(*row)
     out.print(table)
+    if not wide:
+        for s in report.ops:
+            if s.failure:
+                out.print(f"{s.op}: {s.failure}", markup=False, highlight=False)
     whole = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in report.whole_model.items())
     if whole:
         out.print(f"whole model — {whole}")

@@ -30,7 +30,7 @@ from edgekit.compile.settings import CompileSettings, resolve_settings
 from edgekit.config.profiles import Target, load_target
 from edgekit.config.recipe import Validation
 from edgekit.models.bundle import Bundle, QuantizationNote, load_bundle
-from edgekit.pipeline.build import BACK, BackContext, build_key
+from edgekit.pipeline.build import BACK, BackContext, build_key, cache_slot
 from edgekit.pipeline.cache import BuildCache
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.frontends.torch import TorchFrontend
@@ -187,7 +187,8 @@ class CompiledGraph:
         key = build_key({"kind": "torch.compile graph", "lowering": s.lowering,
                          "flags": list(s.flags)}, self.target, exported)
         cache = BuildCache()
-        entry = cache.lookup(key)
+        slot = cache_slot(cache, key)     # another home's entry is not ours to use
+        entry = cache.lookup(slot)
         if entry is None:
             def identity(quantization: QuantizationNote | None) -> BundleIdentity:
                 return BundleIdentity(app=f"graph-{key[:12]}",
@@ -198,7 +199,7 @@ class CompiledGraph:
                 ctx = BackContext(self.target, s.lowering, s.flags, identity, workdir,
                                   workdir / "bundle", reproducer_dir=workdir / "reproducer")
                 bundle = run_plan(BACK, ctx, exported, timings={})
-                entry = cache.store(key, bundle.path)
+                entry = cache.store(slot, bundle.path)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
         return load_bundle(entry)

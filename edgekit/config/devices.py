@@ -48,9 +48,9 @@ def device_label(host: str) -> str:
     return entry.name if entry else host
 
 
-def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddress, Path]:
-    """`--host` (a registered name or user@host[:port]) + optional `--identity` → where to
-    connect and with which key."""
+def lookup_device(host: str) -> tuple[DeviceAddress, DeviceEntry | None]:
+    """A registered name or user@host[:port]/an address → its address and registry entry (if
+    any). A bare word that is not registered is an error naming the registered devices."""
     registry = load_registry()
     entry = registry.get(host)
     if entry is None and "@" not in host and "." not in host and ":" not in host:
@@ -62,6 +62,13 @@ def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddre
     address = parse_address(entry.address if entry else host)
     if entry is None:
         entry = next((e for e in registry.values() if parse_address(e.address) == address), None)
+    return address, entry
+
+
+def resolve_device(host: str, identity: Path | None = None) -> tuple[DeviceAddress, Path]:
+    """`--host` (a registered name or user@host[:port]) + optional `--identity` → where to
+    connect and with which key."""
+    address, entry = lookup_device(host)
     if identity is not None:
         return address, identity
     if entry is not None:

@@ -199,9 +199,7 @@ def summarize(conn: Transport, arch: str, app: str, release: str, manifest: Mani
     latency = latency_stats([s for r in rounds for s in r.samples_ms],
                             [float(np.median(r.samples_ms)) for r in rounds])
     before, after = rounds[0].before, rounds[-1].after
-    reasons = []
-    for r in rounds:
-        reasons += [x for x in unreliable_reasons(r.before, r.after, latency) if x not in reasons]
+    reasons = merged_reasons([(r.before, r.after) for r in rounds], latency)
     now = datetime.datetime.now(datetime.timezone.utc)
     return BenchResult(
         id=f"{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}",
@@ -264,6 +262,24 @@ def parse_conditions(text: str) -> Conditions:
 def read_conditions(conn: Transport) -> Conditions:
     script = (SHIMS / "conditions.sh").read_bytes()  # on stdin: works on any device
     return parse_conditions(conn.run(["sh", "-s"], stdin=script).text)
+
+
+def merged_reasons(conditions: list[tuple[Conditions, Conditions]],
+                   latency: LatencyStats) -> list[str]:
+    """Each kind of reason once over the rounds (before, after each): the worst round's words
+    (the busiest, for load), with how many rounds it held in when more than one."""
+    found: dict[str, list[tuple[float, str]]] = {}
+    for before, after in conditions:
+        for reason in unreliable_reasons(before, after, latency):
+            kind = reason.split(":", 1)[0].split(" (", 1)[0]
+            found.setdefault(kind, []).append((before.cpu_busy_pct, reason))
+    reasons = []
+    for seen in found.values():   # the spread reasons are the whole run's: said once
+        worst = max(seen, key=lambda s: s[0])[1]
+        if len(seen) > 1 and not worst.startswith(("unstable", "noisy")):  # per round
+            worst += f" (in {len(seen)} of {len(conditions)} rounds)"
+        reasons.append(worst)
+    return reasons
 
 
 def unreliable_reasons(before: Conditions, after: Conditions, latency: LatencyStats) -> list[str]:

@@ -24,7 +24,7 @@ from edgekit.models.bundle import Bundle, QuantizationNote, load_bundle, sha256_
 from edgekit.pipeline.build_types import (BuildOptions, BuildResult, Steer, Steering,  # noqa: F401
                                           Variant, default_out)
 from edgekit.pipeline.cache import BuildCache, cache_key
-from edgekit.pipeline.hit import _publish, _write_tar
+from edgekit.pipeline.hit import _publish, _write_tar, cache_slot
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.load import LoadedModel
@@ -129,11 +129,12 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
                           workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
                           first_lowering=first)
         cache = BuildCache()
-        entry = cache.lookup(key) if options.use_cache else None
+        slot = cache_slot(cache, key)
+        entry = cache.lookup(slot) if options.use_cache else None
         cached = entry is not None
         if entry is None:
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
-            entry = cache.store(key, bundle.path, replace=not options.use_cache)
+            entry = cache.store(slot, bundle.path, replace=not options.use_cache)
         if skey is not None and steering.read_from is not None:
             _remember_sources(skey, key, tuning, front_recipe, first_export.digest, read,
                               steering.read_from, timings)

@@ -12,7 +12,20 @@ from edgekit.errors import BundleError
 from edgekit.models.bundle import TuningNote, load_bundle, write_manifest, write_tar
 from edgekit.pipeline.publish import output_lock, publish, staging_dir
 from edgekit.toolchain import iree
-from edgekit.toolchain.signing import sign_bundle, verify_bundle
+from edgekit.pipeline.cache import BuildCache
+from edgekit.toolchain.signing import (own_key_tag, sign_bundle, signed_by_a_trusted_key,
+                                       verify_bundle)
+
+
+def cache_slot(cache: BuildCache, key: str) -> str:
+    """Where this build is cached: under `key`, unless that entry was signed by a key this
+    $EDGEKIT_HOME does not trust (a cache shared by several homes or users): then under `key`
+    and this home's signing key, built here once. Trusting it would accept bundles nobody here
+    signed; re-signing it would sign what this key never built."""
+    entry = cache.lookup(key)
+    if entry is None or signed_by_a_trusted_key(entry):
+        return key
+    return f"{key}-{own_key_tag()}"
 
 
 def _check_copy(copy: Path, cached: bool, key: str, entry: Path) -> None:

@@ -47,7 +47,7 @@ from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.models.bundle import TuningNote, load_bundle
 from edgekit.pipeline.build_types import BuildOptions, BuildResult, Steer, default_out
 from edgekit.pipeline.cache import BuildCache, cache_key
-from edgekit.pipeline.hit import _publish, _write_tar
+from edgekit.pipeline.hit import _publish, _write_tar, cache_slot
 from edgekit.toolchain.versions import toolchain_versions
 
 SCHEMA = 1
@@ -325,7 +325,8 @@ def hit_from_sources(options: BuildOptions) -> BuildResult | None:
     record = load_record(skey) if skey else None
     if record is None or not record.still_holds():
         return None
-    entry = BuildCache().lookup(record.key)
+    cache = BuildCache()
+    entry = cache.lookup(cache_slot(cache, record.key))
     if entry is None:
         return None
     checked = round(time.perf_counter() - started, 3)

@@ -86,6 +86,30 @@ def verify_bundle(directory: Path) -> str:
     return principal
 
 
+def signed_by_a_trusted_key(directory: Path) -> bool:
+    """Whether `directory`'s manifest signature is by a key in allowed_signers (whether the
+    manifest still matches it is verify_bundle's question)."""
+    signature = directory / SIGNATURE
+    if not signature.is_file():
+        return False
+    try:
+        run_tool(["ssh-keygen", "-Y", "find-principals", "-s", signature, "-f",
+                  trusted_signers()], what="finding the bundle's signer", timeout=60,
+                 hint=INSTALL_HINT)
+    except ToolError as exc:
+        if exc.returncode == 127:
+            raise
+        return False
+    return True
+
+
+def own_key_tag() -> str:
+    """A short, stable tag of the signing key (its public key's sha256)."""
+    key = signing_key()
+    public = key.with_name(key.name + ".pub").read_text().split()[:2]
+    return hashlib.sha256(" ".join(public).encode()).hexdigest()[:12]
+
+
 def signer_fingerprint(signature: Path) -> str:
     """SHA256 fingerprint of the public key inside an SSH signature (as ssh-keygen -l shows
     it), or "unreadable signature"."""
