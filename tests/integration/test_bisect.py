@@ -159,3 +159,28 @@ def test_bisect_of_a_bundle_rebuilds_it_from_its_manifest_and_names_the_mean(
     refused = edgekit("bisect", "--bundle", str(other), "--local")
     assert refused.returncode not in (0, 8) and "Traceback" not in refused.stderr
     assert "--recipe" in refused.stderr, refused.stderr
+
+
+def test_bisect_of_a_tuned_recipe_builds_the_tuned_variant_as_the_build_would(
+        write_recipe, tmp_path, monkeypatch):
+    from edgekit.config.profiles import load_target
+    from edgekit.config.recipe import load_recipe
+    from edgekit.pipeline.frontends.registry import frontend_for
+    from edgekit.tune.tuner import CandidateResult, TuningRecord, _store
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))   # this test's record only
+    recipe = write_recipe(CONV_MEAN.format(name="tuned-bisect"))
+    loaded = load_recipe(recipe)
+    frontend = frontend_for(loaded.model)
+    digest = frontend.export(loaded, frontend.load(loaded)).digest
+    chosen = CandidateResult(lowering="linalg", flag_set="o3", flags=("--iree-opt-level=O3",),
+                             threads=1, status="ok", p50_ms=1.0)
+    target = load_target("host")
+    _store(TuningRecord(model_digest=digest, app="tuned-bisect", target="host", toolchain={},
+                        measured_on="here", created_at="now", chosen=chosen,
+                        default_variant="tosa/default", default_p50_ms=2.0,
+                        candidates=(chosen,)), target)
+    result = bisect(BisectOptions(recipe=recipe, target="host", local=True))
+    assert not result.diverges
+    assert any("tuned variant linalg/o3" in n for n in result.notes), result.notes
+    untuned = bisect(BisectOptions(recipe=recipe, target="host", local=True, use_tuned=False))
+    assert not any("tuned" in n for n in untuned.notes)
