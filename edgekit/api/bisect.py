@@ -13,7 +13,9 @@ fails"."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,25 +23,31 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.api.build import recorded_steering
 from edgekit.bisect import taps as T
+from edgekit.bisect.from_bundle import HINT, recover
 from edgekit.bisect.profile import Level, TapResult, profile
 from edgekit.bisect.variant import (Built, build_variant, copy_bundle, run_here, run_on_device)
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import ConfigError
+from edgekit.models.bundle import load_bundle
+from edgekit.pipeline.build import Variant
 from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.validate.tolerance import with_build_defaults
 
 
 @dataclass(frozen=True)
 class BisectOptions:
-    recipe: Path
-    target: str
+    recipe: Path | None
+    target: str | None
     host: str | None = None         # run on this device (user@host[:port] or a lab name)
     local: bool = False             # run on this machine instead
     identity: Path | None = None
     out: Path | None = None         # reproducer directory [default: build/<app>-<target>.bisect]
     trust_pickle: bool = False
+    bundle: Path | None = None      # bisect what this bundle was built from (its manifest)
+    use_tuned: bool = True          # apply `edgekit tune`'s recorded choice, as the build does
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,20 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
     if bool(options.host) == bool(options.local):
         raise ConfigError("say where the build fails: --host DEVICE or --local", key="host",
                           hint="edgekit bisect --recipe R --target T --host user@addr")
+    if bool(options.bundle) == bool(options.recipe and options.target):
+        raise ConfigError("say what to bisect: --bundle B, or --recipe R with --target T",
+                          key="bundle", hint="edgekit bisect --bundle build/app-T --local")
+    if options.bundle:
+        with tempfile.TemporaryDirectory(prefix="edgekit-bisect-bundle-") as workdir:
+            recovered = recover(load_bundle(options.bundle), Path(workdir))
+            return _bisect(dataclasses.replace(options, recipe=recovered.recipe,
+                                               target=recovered.target, use_tuned=False),
+                           say, recovered.model_digest, options.bundle)
+    return _bisect(options, say)
+
+
+def _bisect(options: BisectOptions, say: Callable[[str], None], digest: str | None = None,
+            bundle: Path | None = None) -> BisectResult:
     started = time.perf_counter()
     seconds: dict[str, float] = {}
     recipe = load_recipe(options.recipe)
@@ -80,12 +102,23 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
     say("exporting")
     frontend = frontend_for(recipe.model)
     loaded = frontend.load(recipe)
+    exported = frontend.export(recipe, loaded)
+    if digest is not None and exported.digest != digest:
+        raise ConfigError(f"the model at {recipe.source} is not the one the bundle was built "
+                          f"from (digest {exported.digest[:12]}…, the bundle's {digest[:12]}…)",
+                          where=str(bundle), hint=HINT)
+    notes: list[str] = []
+    tuning = recorded_steering(exported.digest, target).tuning if options.use_tuned else None
+    if tuning is not None and recipe.lowering == "auto":
+        # the variant `edgekit tune` chose is what `edgekit build` (and deploy) would use
+        recipe = Variant(tuning.lowering, tuning.flag_set, tuning.flags).applied_to(recipe)
+        notes.append(f"built with the tuned variant {tuning.variant} (as `edgekit build` "
+                     "would; --no-tuned: the profile's default)")
     if frontend.kind == "onnx":
         from edgekit.bisect.onnx_taps import OnnxGraph
         graph = OnnxGraph(recipe, loaded)
     else:
-        graph = T.TorchGraph(frontend.export(recipe, loaded).program, loaded.samples,
-                             loaded.input_names)
+        graph = T.TorchGraph(exported.program, loaded.samples, loaded.input_names)
     mode = recipe.quantize.mode if recipe.quantize else None
     tolerances = with_build_defaults(recipe.validation, mode)
     where = "this machine" if options.local else options.host
@@ -109,7 +142,6 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
                        and quantized.mode in ("int8", "int8-weights"))
 
     boundary = graph.boundary_taps()
-    notes: list[str] = []
     levels = [run("module boundaries", boundary)]
     first = levels[0].first_failing
     if first is not None and not levels[0].outputs_fail:

@@ -14,8 +14,13 @@ from edgekit.cli.main import HOST_HELP, IDENTITY, TRUST_PICKLE, cli, handle_erro
 
 
 @cli.command()
-@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
-@click.option("--target", required=True, help="target profile name or YAML path")
+@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML")
+@click.option("--target", help="target profile name or YAML path (with --recipe)")
+@click.option("--bundle", type=click.Path(path_type=Path),
+              help="instead of --recipe/--target: a built bundle (directory or .tar); its model "
+                   "source must be on this machine, unchanged")
+@click.option("--no-tuned", is_flag=True,
+              help="with --recipe: ignore `edgekit tune`'s recorded choice")
 @click.option("--host", help="run on this device (" + HOST_HELP + ")")
 @click.option("--local", is_flag=True, help="run on this machine instead")
 @IDENTITY
@@ -25,16 +30,19 @@ from edgekit.cli.main import HOST_HELP, IDENTITY, TRUST_PICKLE, cli, handle_erro
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
-def bisect(recipe: Path, target: str, host: str | None, local: bool, identity: Path | None,
+def bisect(recipe: Path | None, target: str | None, bundle: Path | None, no_tuned: bool,
+           host: str | None, local: bool, identity: Path | None,
            out: Path | None, html: Path | None, trust_pickle: bool, as_json: bool) -> None:
     """Find the first layer whose outputs leave tolerance where a build runs wrongly: taps
     every module's output, then every op of the first failing module, compares each with eager
-    PyTorch; writes that op alone as a reproducer bundle with a reproduce.sh. Exit 0 when
-    nothing diverges, 8 when something does."""
+    PyTorch; writes that op alone as a reproducer bundle with a reproduce.sh. Builds as
+    `edgekit build` would (a tuned choice included), or as --bundle's manifest says it was
+    built. Exit 0 when nothing diverges, 8 when something does."""
     from edgekit.api.bisect import BisectOptions, bisect as run_bisect
     from edgekit.errors import ValidationFailed
     options = BisectOptions(recipe=recipe, target=target, host=host, local=local,
-                            identity=identity, out=out, trust_pickle=trust_pickle)
+                            identity=identity, out=out, trust_pickle=trust_pickle,
+                            bundle=bundle, use_tuned=not no_tuned)
     with render.err.status("bisecting…") as status:
         result = run_bisect(options, say=status.update)
     if as_json:

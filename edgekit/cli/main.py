@@ -314,9 +314,12 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
             with render.steps("deploying…") as status:
                 result = run_deploy(options, on_stage=lambda n: status.update(f"{n}…"))
     except ValidationFailed as exc:
-        # where it goes wrong: bisect needs the model source (a recipe), not only the bundle
+        # where it goes wrong: bisect rebuilds from the recipe, or from the bundle's manifest
+        # (its model source must be on this machine; bisect says so otherwise)
         offer = shlex.join(["edgekit", "bisect", "--recipe", str(recipe), "--target", target,
-                            "--host", host]) if recipe and target else None
+                            "--host", host]) if recipe and target else \
+            shlex.join(["edgekit", "bisect", "--bundle", str(bundle), "--host", host]) \
+            if bundle else None
         if as_json:
             render.emit_json({"ok": False, "error": exc.what,
                               "report": exc.report.model_dump(mode="json"), "bisect": offer})

@@ -8,7 +8,7 @@ value carries a comment saying where it came from; the profile `extends:` the ne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edgekit.device.probe import ARM64_HWCAP, DeviceInfo
 from edgekit.errors import DeviceIncompatible
@@ -30,6 +30,17 @@ FEATURES = ("neon", "fullfp16", "dotprod", "i8mm", "bf16")
 VULKAN_TARGETS = (("mali-g", "valhall", "Mali"), ("adreno", "adreno", "Adreno"),
                   ("radeon", "rdna3", "AMD"), ("nvidia", "ampere", "NVIDIA"))
 VULKAN_BASELINE = "vp_android_baseline_2022"
+# Vulkan vendor ids (vulkaninfo's vendorID: PCI-SIG ids, or Khronos ids for vendors without
+# one) → (IREE Vulkan target, the vendor deploy matches). Preferred over the name when the
+# device reports them. Intel and Mesa's llvmpipe have no tuned IREE target: the baseline.
+VULKAN_VENDORS = {
+    0x13B5: ("valhall", "Mali"),        # Arm (Mali)
+    0x5143: ("adreno", "Adreno"),       # Qualcomm (Adreno)
+    0x1002: ("rdna3", "AMD"),           # AMD (Radeon)
+    0x10DE: ("ampere", "NVIDIA"),       # NVIDIA
+    0x8086: (VULKAN_BASELINE, ""),      # Intel
+    0x10005: (VULKAN_BASELINE, ""),     # Mesa (llvmpipe, a CPU rasterizer)
+}
 
 
 # What the probe does not read: every core's CPU part (big.LITTLE) and the device tree's
@@ -37,24 +48,32 @@ VULKAN_BASELINE = "vp_android_baseline_2022"
 BOARD_FACTS = ("awk -F': *' '/^processor/ {p=$2} /^CPU part/ {print \"part\", p, $2}' "
                "/proc/cpuinfo 2>/dev/null; "
                "[ -r /proc/device-tree/compatible ] && printf 'compatible %s\\n' "
-               "\"$(tr '\\0' ' ' < /proc/device-tree/compatible)\"; true")
+               "\"$(tr '\\0' ' ' < /proc/device-tree/compatible)\"; "
+               # the first Vulkan device's ids and driver (the probe reads only its name)
+               "command -v vulkaninfo >/dev/null 2>&1 && vulkaninfo --summary 2>/dev/null | "
+               "awk -F'= *' '/^GPU[0-9]/ {n++} n==1 && /vendorID|deviceID|driverName/ "
+               "{gsub(/[ \\t]/, \"\", $1); print \"vk\", $1, $2}'; true")
 
 
 @dataclass(frozen=True)
 class BoardFacts:
     core_parts: dict[int, str]       # core index → CPU part (from /proc/cpuinfo, per core)
     compatible: str = ""             # the device tree's compatible strings
+    vulkan: dict[str, str] = field(default_factory=dict)  # vendorID, deviceID, driverName
 
     @classmethod
     def parse(cls, text: str) -> "BoardFacts":
-        parts, compatible = {}, ""
+        parts, compatible, vulkan = {}, "", {}
         for line in text.splitlines():
             fields = line.split()
             if len(fields) == 3 and fields[0] == "part" and fields[1].isdigit():
                 parts[int(fields[1])] = fields[2].lower()
             elif fields[:1] == ["compatible"]:
                 compatible = " ".join(fields[1:])
-        return cls(parts, compatible)
+            elif fields[:1] == ["vk"] and len(fields) >= 3:
+                vulkan.setdefault(fields[1], " ".join(fields[2:]))
+        return cls(parts, compatible, vulkan)
+
 
 
 @dataclass(frozen=True)
@@ -110,7 +129,7 @@ def derive(info: DeviceInfo, name: str, address: str,
     if info.npu_nodes:
         lines.append(f"# NPU device nodes seen: {', '.join(info.npu_nodes)} (no NPU backend is "
                      "derived)")
-    return Derived("\n".join(lines) + "\n", _gpu(info, name, address))
+    return Derived("\n".join(lines) + "\n", _gpu(info, name, address, facts.vulkan))
 
 
 def vulkan_target(device: str) -> tuple[str, str]:
@@ -122,12 +141,27 @@ def vulkan_target(device: str) -> tuple[str, str]:
     return VULKAN_BASELINE, ""
 
 
-def _gpu(info: DeviceInfo, name: str, address: str) -> str | None:
+def vulkan_target_by_id(vendor_id: str) -> tuple[str, str] | None:
+    """(IREE Vulkan target, the vendor to match) for a vendorID such as '0x13b5'; None when
+    the id is not one edgekit knows (or not a number)."""
+    try:
+        return VULKAN_VENDORS.get(int(vendor_id, 16))
+    except ValueError:
+        return None
+
+
+def _gpu(info: DeviceInfo, name: str, address: str,
+         ids: dict[str, str] | None = None) -> str | None:
     if not info.vulkan_devices:
         return None
     device = info.vulkan_devices[0]
-    target, vendor = vulkan_target(device)
+    ids = ids or {}
+    by_id = vulkan_target_by_id(ids.get("vendorID", ""))
+    target, vendor = by_id or vulkan_target(device)
     why = f"vulkaninfo: {device}"
+    if by_id:
+        why = (f"vulkaninfo: vendorID {ids['vendorID']}, deviceID {ids.get('deviceID', '?')}, "
+               f"driver {ids.get('driverName', '?')} ({device})")
     lines = [f"# Derived by `edgekit targets derive {address}` from the device's probe.",
              f"description: {_quote(f'{name}: Vulkan on {device}')}",
              "extends: vulkan-generic   # Vulkan 1.1 family, runtime driver vulkan",

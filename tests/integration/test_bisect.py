@@ -132,3 +132,55 @@ def test_an_fp16_build_whose_outputs_validate_has_no_divergence_but_a_rounding_p
     # no batch norm is folded in an fp16 build: every tap has its float twin
     assert all(r.fp32 is not None for r in level.rows)
     assert level.rows[-1].check.ok and level.rows[-1].tap.output
+
+
+def test_bisect_of_a_bundle_rebuilds_it_from_its_manifest_and_names_the_mean(
+        write_recipe, tmp_path):
+    # the valhall-on-llvmpipe case again, this time from the built bundle, not the recipe
+    (tmp_path / "mali-unchecked.yaml").write_text(
+        "extends: vulkan-generic\nvulkan:\n  target: valhall\n")
+    recipe = write_recipe(CONV_MEAN.format(name="mali-bundle-bisect"))
+    bundle = tmp_path / "bundle"
+    built = edgekit("build", "--recipe", str(recipe), "--target", str(tmp_path / "mali-unchecked.yaml"),
+                    "--out", str(bundle))
+    assert built.returncode == 0, built.stderr
+    proc = edgekit("bisect", "--bundle", str(bundle), "--local", "--out",
+                   str(tmp_path / "repro"), "--json")
+    assert proc.returncode == 8, proc.stderr
+    first = json.loads(proc.stdout)["first"]
+    assert (first["op"], first["module_type"]) == ("aten.mean.dim", "ConvMean")
+    # the model changed since the build: refused in one line, pointing at --recipe
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["model_digest"] = "0" * 64
+    other = tmp_path / "other"
+    import shutil
+    shutil.copytree(bundle, other)
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    refused = edgekit("bisect", "--bundle", str(other), "--local")
+    assert refused.returncode not in (0, 8) and "Traceback" not in refused.stderr
+    assert "--recipe" in refused.stderr, refused.stderr
+
+
+def test_bisect_of_a_tuned_recipe_builds_the_tuned_variant_as_the_build_would(
+        write_recipe, tmp_path, monkeypatch):
+    from edgekit.config.profiles import load_target
+    from edgekit.config.recipe import load_recipe
+    from edgekit.pipeline.frontends.registry import frontend_for
+    from edgekit.tune.tuner import CandidateResult, TuningRecord, _store
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))   # this test's record only
+    recipe = write_recipe(CONV_MEAN.format(name="tuned-bisect"))
+    loaded = load_recipe(recipe)
+    frontend = frontend_for(loaded.model)
+    digest = frontend.export(loaded, frontend.load(loaded)).digest
+    chosen = CandidateResult(lowering="linalg", flag_set="o3", flags=("--iree-opt-level=O3",),
+                             threads=1, status="ok", p50_ms=1.0)
+    target = load_target("host")
+    _store(TuningRecord(model_digest=digest, app="tuned-bisect", target="host", toolchain={},
+                        measured_on="here", created_at="now", chosen=chosen,
+                        default_variant="tosa/default", default_p50_ms=2.0,
+                        candidates=(chosen,)), target)
+    result = bisect(BisectOptions(recipe=recipe, target="host", local=True))
+    assert not result.diverges
+    assert any("tuned variant linalg/o3" in n for n in result.notes), result.notes
+    untuned = bisect(BisectOptions(recipe=recipe, target="host", local=True, use_tuned=False))
+    assert not any("tuned" in n for n in untuned.notes)

@@ -48,3 +48,74 @@ def test_a_big_little_board_targets_its_big_cores_and_says_which_to_pin():
     assert "taskset -c 4-7" in text and "rockchip,rk3588" in text
     data = yaml.safe_load(text)
     assert data["cpu"]["cpu"] == "cortex-a76" and data["tune"]["threads"] == [1, 4]
+
+
+# `vulkaninfo --summary` as captured: Mesa's llvmpipe on this machine, and a Mali board's
+LLVMPIPE = """Devices:
+========
+GPU0:
+\tapiVersion         = 1.3.230
+\tdriverVersion      = 0.0.1
+\tvendorID           = 0x10005
+\tdeviceID           = 0x0000
+\tdeviceType         = PHYSICAL_DEVICE_TYPE_CPU
+\tdeviceName         = llvmpipe (LLVM 15.0.6, 256 bits)
+\tdriverID           = DRIVER_ID_MESA_LLVMPIPE
+\tdriverName         = llvmpipe
+"""
+MALI = """Devices:
+========
+GPU0:
+\tapiVersion         = 1.3.261
+\tvendorID           = 0x13b5
+\tdeviceID           = 0xa8670000
+\tdeviceType         = PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU
+\tdeviceName         = Mali-G610 MC4
+\tdriverName         = Mali-G610
+GPU1:
+\tvendorID           = 0x10005
+\tdriverName         = llvmpipe
+"""
+
+
+def _facts_from(summary: str, tmp_path):
+    """BOARD_FACTS run by sh, with a `vulkaninfo` that prints the captured summary."""
+    import os
+    import subprocess
+
+    from edgekit.device.derive import BOARD_FACTS, BoardFacts
+    (tmp_path / "summary.txt").write_text(summary)
+    tool = tmp_path / "vulkaninfo"
+    tool.write_text(f"#!/bin/sh\ncat {tmp_path / 'summary.txt'}\n")
+    tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    out = subprocess.run(["sh", "-c", BOARD_FACTS], capture_output=True, text=True, env=env)
+    return BoardFacts.parse(out.stdout)
+
+
+def test_the_vulkan_vendor_id_picks_the_iree_target_and_says_so(tmp_path):
+    facts = _facts_from(MALI, tmp_path)
+    assert facts.vulkan == {"vendorID": "0x13b5", "deviceID": "0xa8670000",
+                            "driverName": "Mali-G610"}      # the first device only
+    board = DeviceInfo(**{**PI5.__dict__, "vulkan_devices": ("Mali-G610 MC4",)})
+    gpu = derive(board, "my-board", "pi@10.0.0.5", facts).gpu_profile
+    assert "vendorID 0x13b5, deviceID 0xa8670000, driver Mali-G610" in gpu
+    assert yaml.safe_load(gpu)["vulkan"] == {"target": "valhall", "device_match": ["Mali"]}
+
+
+def test_llvmpipe_by_its_mesa_vendor_id_gets_the_baseline(tmp_path):
+    facts = _facts_from(LLVMPIPE, tmp_path)
+    assert facts.vulkan["vendorID"] == "0x10005" and facts.vulkan["driverName"] == "llvmpipe"
+    board = DeviceInfo(**{**PI5.__dict__, "vulkan_devices": ("llvmpipe (LLVM 15.0.6)",)})
+    gpu = derive(board, "emu", "lab", facts).gpu_profile
+    assert yaml.safe_load(gpu)["vulkan"] == {"target": "vp_android_baseline_2022"}
+    assert "vendorID 0x10005" in gpu
+
+
+def test_every_vendor_id_the_brief_names_maps_to_a_target():
+    from edgekit.device.derive import vulkan_target_by_id
+    assert [vulkan_target_by_id(v)[0] for v in ("0x13b5", "0x5143", "0x1002", "0x10de",
+                                                 "0x8086", "0x10005")] == [
+        "valhall", "adreno", "rdna3", "ampere", "vp_android_baseline_2022",
+        "vp_android_baseline_2022"]
+    assert vulkan_target_by_id("0x1234") is None and vulkan_target_by_id("") is None
