@@ -53,6 +53,32 @@ class VulkanSpec(Frozen):
                                 "(case-insensitive); empty: any Vulkan device")
 
 
+class NpuSpec(Frozen):
+    """The board's NPU: what the NPU compiler is told and what preflight must find on the device.
+    The integer part of a model runs there; ops without an integer (TOSA PRO-INT) form fall back
+    to the CPU part (`cpu:`), compiled by IREE."""
+
+    kind: Literal["ethos-u", "rknpu"] = pydantic.Field(
+        description="ethos-u: Arm Ethos-U, compiled by Vela; rknpu: Rockchip NPU, by rknn-toolkit2")
+    accelerator: str = pydantic.Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Vela --accelerator-config (e.g. ethos-u65-256) or the rknn target platform "
+                    "(e.g. rk3588)")
+    system_config: str | None = pydantic.Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Vela --system-config: the SoC's clocks and memory ports (vela.ini)")
+    memory_mode: str | None = pydantic.Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Vela --memory-mode, e.g. Shared_Sram, Dedicated_Sram, Sram_Only")
+    device_files: tuple[str, ...] = pydantic.Field(
+        default=(), description="device files preflight must find, e.g. /dev/ethosu0")
+    libraries: tuple[str, ...] = pydantic.Field(
+        default=(), description="runtime libraries preflight must find on the board (file names "
+                                "searched in the usual library directories)")
+    kernel_module: str | None = pydantic.Field(
+        default=None, description="kernel driver preflight reads the version of (e.g. rknpu)")
+
+
 class RuntimeSpec(Frozen):
     driver: Literal["local-sync", "local-task", "vulkan"] = "local-task"
 
@@ -92,12 +118,16 @@ class Target(Frozen):
     arch: Literal["x86_64", "aarch64", "any"] = pydantic.Field(
         description="CPU arch the module's code needs; 'any' for GPU (SPIR-V) modules; "
                     "'host' means this machine's")
-    backend: Literal["llvm-cpu", "vulkan-spirv"]
+    backend: Literal["llvm-cpu", "vulkan-spirv", "none"] = pydantic.Field(
+        description="IREE backend of the module; `none`: no CPU/GPU module at all "
+                    "(a microcontroller NPU: artifact and estimates only, nothing to deploy)")
     cpu: CpuSpec | None = None
     variants: tuple[CpuVariant, ...] = pydantic.Field(
         default=(), description="more CPU modules in the bundle, best first; deploy runs the "
                                 "first the device supports, else `cpu:` (the baseline)")
     vulkan: VulkanSpec | None = None
+    npu: NpuSpec | None = pydantic.Field(
+        default=None, description="an NPU beside the CPU: its integer part runs there")
     runtime: RuntimeSpec = RuntimeSpec()
     lowering: tuple[Lowering, ...] = pydantic.Field(
         default=("tosa", "linalg", "torch"),
@@ -126,6 +156,9 @@ class Target(Frozen):
             raise ValueError("backend llvm-cpu needs a `cpu:` section (triple, cpu, features)")
         if self.backend == "vulkan-spirv" and self.vulkan is None:
             raise ValueError("backend vulkan-spirv needs a `vulkan:` section with `target:`")
+        if self.backend == "none" and self.npu is None:
+            raise ValueError("backend none (no CPU/GPU module) is for NPU-only targets: "
+                             "add an `npu:` section")
         if not self.lowering:
             raise ValueError("`lowering` must list at least one of: " + ", ".join(LOWERINGS))
         if self.variants and self.backend != "llvm-cpu":
