@@ -102,6 +102,13 @@ def _command_failure(head: str, argv: list[str], returncode: int, stderr_tail: s
     return f"{text}\n  hint: {hint}" if hint else text
 
 
+class ToolchainMissing(EdgekitError):
+    """An optional toolchain (an NPU compiler in its own venv) is not installed: the hint names
+    `edgekit toolchains install …`. Same code as a failing tool."""
+
+    exit_code = 5
+
+
 class BundleError(EdgekitError):
     """A bundle is missing, malformed, or its files do not match their recorded sha256."""
 
@@ -236,7 +243,7 @@ class LabSetupError(EdgekitError):
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, NotBuildable,
-                QuantizationError, ToolError,
+                QuantizationError, ToolError, ToolchainMissing,
                 BundleError, CannotRunHere, ValidationFailed, UninformativeGolden,
                 BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,

@@ -225,6 +225,8 @@ def targets_list(as_json: bool) -> None:
         table.columns[-2].max_width = 14      # one long Vulkan profile name folds
     for t in rows:
         device = t.cpu.cpu if t.cpu else (t.vulkan.target if t.vulkan else "")
+        if t.npu:
+            device = f"{device} + {t.npu.accelerator}" if device else t.npu.accelerator
         table.add_row(t.name, t.arch, t.backend, device, t.description)
     render.out.print(table)
 
@@ -701,6 +703,7 @@ from edgekit.cli import fleet as _fleet_commands  # noqa: E402,F401
 from edgekit.cli import tune as _tune_command  # noqa: E402,F401
 from edgekit.cli import bisect as _bisect_command  # noqa: E402,F401
 from edgekit.cli import derive as _derive_command  # noqa: E402,F401
+from edgekit.cli import toolchains as _toolchains_commands  # noqa: E402,F401
 
 
 def main() -> None:
