@@ -135,6 +135,44 @@ class ModuleVariant(Frozen):
     features: str = ""
 
 
+class NpuOp(Frozen):
+    """Where one op of the integer model runs, and why."""
+
+    op: str                           # e.g. aten.convolution / tosa.CONV2D
+    placement: Literal["npu", "cpu", "unsupported"]
+    reason: str = ""                  # why not on the NPU (no PRO-INT form, …)
+    macs: int = 0
+
+
+class NpuEstimate(Frozen):
+    """The NPU compiler's static figures: estimates, never measured latencies."""
+
+    source: str                       # e.g. "Vela 5.2.0 static estimate"
+    clock_hz: int | None = None
+    cycles: int | None = None
+    inferences_per_s: float | None = None
+    sram_kib: float | None = None
+    dram_kib: float | None = None
+
+
+class NpuNote(Frozen):
+    """What the NPU part of a bundle is, how it was checked, and what runs where. `module.vmfb`
+    (when the target has a CPU) is the IREE CPU module of the same integer model: the CPU part
+    and the `--cpu-fallback` release."""
+
+    kind: str                         # ethos-u | rknpu (the profile's npu.kind)
+    accelerator: str
+    artifact: str                     # the NPU compiler's output, listed in `files`
+    report: str = ""                  # the NPU compiler's report, listed in `files`
+    compiler: dict[str, str] = pydantic.Field(default_factory=dict)  # versions
+    ops: tuple[NpuOp, ...] = ()
+    npu_mac_share: float | None = None  # share of the model's MACs on the NPU, 0..1
+    estimate: NpuEstimate | None = None
+    validated_on: str = ""            # "TOSA reference model", "rknn simulator": never "NPU"
+    worst_lsb: int | None = None      # worst output difference in LSBs vs the golden outputs
+    checks: tuple[str, ...] = ()      # what else passed (strict PRO-INT check, IREE on TOSA…)
+
+
 class GoldenSet(Frozen):
     """One more validation sample: its input files and the outputs the module must give."""
 
@@ -170,6 +208,7 @@ class Manifest(Frozen):
     more_golden: tuple[GoldenSet, ...] = ()  # validation samples after the first
     variants: tuple[ModuleVariant, ...] = ()  # more CPU modules, best first (module.vmfb:
                                               # the baseline)
+    npu: NpuNote | None = None        # the NPU part (NPU targets only)
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
