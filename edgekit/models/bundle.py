@@ -20,6 +20,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pydantic
 
