@@ -48,6 +48,26 @@ def fitted_table(title: str, columns: list[tuple[str, str]], **kwargs) -> Table:
     return table
 
 
+def fold_at(name: str, width: int, separators: str = "/+") -> str:
+    """`name` on lines of at most `width` characters, broken only after a separator (a tuned
+    variant "tosa/im2col+O3+data-tiling" reads as its parts; rich would cut a word). Unchanged
+    with --wide or when it fits."""
+    if wide or len(name) <= width:
+        return name
+    lines, line, part = [], "", ""
+    for ch in name + "\0":
+        if ch != "\0":
+            part += ch
+        if ch in separators or ch == "\0":
+            if line and len(line) + len(part) > width:
+                lines.append(line)
+                line = ""
+            line += part
+            part = ""
+    lines.append(line)
+    return "\n".join(lines)
+
+
 def named(where: str) -> str:
     """A device by its registered name when it has one (user@host:port otherwise)."""
     from edgekit.config.devices import device_label

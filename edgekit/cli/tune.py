@@ -83,7 +83,7 @@ def tuning_table(record) -> None:
         else:   # an ok candidate's reason says whose measurement it shares
             result = ("[bold green]chosen[/]" if c == record.chosen else "[green]ok[/]") + \
                 (f" ({escape(c.reason)})" if c.reason else "")
-        table.add_row(escape(c.variant), str(c.threads),
+        table.add_row(escape(render.fold_at(c.variant, 22)), str(c.threads),
                       "-" if c.p50_ms is None else f"{c.p50_ms:.4f}", ratio,
                       f"{c.module_bytes:,}" if c.module_bytes else "-", result)
     render.out.print(table)

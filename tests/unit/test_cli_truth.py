@@ -287,3 +287,24 @@ def test_validate_runs_without_local_and_still_accepts_it():
     from edgekit.cli.main import validate
     local = next(p for p in validate.params if p.name == "local")
     assert not local.required and local.is_flag
+
+
+def test_the_tuning_table_breaks_variant_names_between_their_parts_not_mid_word(narrow):
+    from edgekit.cli.tune import tuning_table
+    tuning_table(tuning_record(n_ok=3))
+    text = narrow.getvalue()
+    assert fits(text), text
+    # each printed piece of a variant is whole parts of it ("linalg/", "convs-as-matmul+",
+    # "data-tiling-0"), never "convs-as-matmu" + "l+data…"
+    pieces = {line.split()[0] for line in text.splitlines()
+              if line.strip().startswith(("linalg/", "convs-", "data-tiling-"))}
+    assert pieces >= {"linalg/", "convs-as-matmul+", "data-tiling-0"}, text
+    assert all(p.endswith(("/", "+")) or p.startswith("data-tiling-") for p in pieces), text
+
+
+def test_fold_at_breaks_only_after_separators_and_keeps_short_names():
+    assert render.fold_at("tosa/default", 22) == "tosa/default"
+    assert render.fold_at("tosa/im2col+O3+data-tiling+ukernels", 22) == \
+        "tosa/im2col+O3+\ndata-tiling+ukernels"
+    assert render.fold_at("averyveryverylongnamewithoutseparators", 10) == \
+        "averyveryverylongnamewithoutseparators"      # nothing to break at: rich folds it
