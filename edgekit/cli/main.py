@@ -248,6 +248,16 @@ def targets_show(name: str, as_json: bool) -> None:
     render.out.print(yaml.safe_dump(data, sort_keys=False), highlight=False, markup=False)
 
 
+def _connecting(host: str):
+    """The "connecting to HOST…" step, after the name is known to be a device: an unknown
+    name's error is the only line, not a progress line that pretends to connect."""
+    from edgekit.config.devices import lookup_device
+    from edgekit.config.address import local_root
+    if local_root(host) is None:
+        lookup_device(host)
+    return render.steps(f"connecting to {escape(host)}…")
+
+
 @cli.command()
 @click.argument("kind", type=click.Choice(["recipe", "fleet"]))
 @handle_errors
@@ -347,7 +357,7 @@ def probe(host: str, identity: Path | None, as_json: bool) -> None:
     """What a device is: arch, CPU, memory, disk, OS, Vulkan, NPUs, runtimes."""
     from edgekit.device.probe import probe as run_probe
     from edgekit.transport import open_device
-    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
+    with _connecting(host), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
     if as_json:
@@ -369,7 +379,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
     if target:
         from edgekit.config.profiles import load_target
         load_target(target)
-    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
+    with _connecting(host), open_device(host, identity) as conn:
         address = conn.where
         result = run_provision(conn, run_probe(conn))
     state = (f"installed {len(result.uploaded)} file(s), {result.uploaded_bytes:,} bytes"
@@ -391,7 +401,7 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     from edgekit.config.address import safe_name
     from edgekit.transport import open_device
     safe_name(app, "app")
-    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
+    with _connecting(host), open_device(host, identity) as conn:
         infos = describe_releases(conn, app)
     if as_json:
         render.emit_json([vars(i) for i in infos])
@@ -418,7 +428,7 @@ def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None
     safe_name(app, "app")
     if to:
         safe_name(to, "release")
-    with render.steps(f"connecting to {escape(host)}…"), open_device(host, identity) as conn:
+    with _connecting(host), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
         if needs_provisioning(info):

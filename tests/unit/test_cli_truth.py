@@ -172,6 +172,18 @@ def test_an_unknown_device_name_is_an_error_naming_the_registered_devices(home):
     assert resolve_device("kitchen-pi")[0].host == "192.0.2.7"
 
 
+@pytest.mark.parametrize("command", ["probe", "releases", "rollback", "provision"])
+def test_an_unknown_device_name_is_the_only_line_not_after_a_connecting_step(home, monkeypatch,
+                                                                            command):
+    monkeypatch.setenv("EDGEKIT_PROGRESS", "lines")
+    args = [command, "lab-aarch64-9"] + (["--app", "x"] if command in ("releases", "rollback")
+                                         else [])
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "unknown device 'lab-aarch64-9'" in result.output
+    assert "connecting" not in result.output
+
+
 def test_a_missing_identity_says_so_without_claiming_the_device_refused_it(home, tmp_path,
                                                                           monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "empty-home"))
