@@ -515,9 +515,12 @@ def lab_up(arch: str, count: int | None, names: tuple[str, ...], as_json: bool) 
     if as_json:
         render.emit_json([{**d.model_dump(), "address": d.address} for d in started])
         return
+    # one device per line (a user@127.0.0.x:port address is ~35 characters), the hint once:
+    # the lines stay within 80 columns
     for d in started:
-        render.out.print(f"{d.name}: {d.address} ({d.arch}) — e.g. "
-                         f"edgekit probe {d.name}", soft_wrap=True)
+        render.out.print(f"{d.name}: {d.address} ({d.arch})", soft_wrap=True, highlight=False)
+    if started:
+        render.out.print(f"e.g. edgekit probe {started[0].name}", highlight=False)
 
 
 @lab.command("status")
