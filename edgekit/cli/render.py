@@ -380,7 +380,8 @@ def comparison_table(comparisons, title: str = "against the previous release") -
     for c in comparisons:
         verdict = ("[red]REGRESSION[/]" if c.regression else
                    "[green]improvement[/]" if c.improvement else "within noise")
-        table.add_row(escape(c.device), escape(c.app), str(c.config.get("threads")),
+        device = f"{c.base_device}{sep}{c.device}" if c.base_device else c.device
+        table.add_row(escape(device), escape(c.app), str(c.config.get("threads")),
                       f"{cut(c.base_release)}{sep}{cut(c.new_release)}",
                       f"{c.base_p50_ms:.3f}{sep}{c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
                       f"±{c.noise_pct:.1f}%", verdict)

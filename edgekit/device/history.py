@@ -89,7 +89,8 @@ def compare(base: BenchResult, new: BenchResult) -> Comparison:
     noise = max(MIN_NOISE_PCT, 100 * SE_MULTIPLIER * se / a.p50_ms) if a.p50_ms \
         else MIN_NOISE_PCT
     delta = 100 * (b.p50_ms - a.p50_ms) / a.p50_ms if a.p50_ms else 0.0
-    return Comparison(device=new.device, app=new.app, config=dict(new.config), base=base.id,
+    return Comparison(device=new.device, app=new.app,
+                      base_device=base.device if base.device != new.device else "", config=dict(new.config), base=base.id,
                       new=new.id, base_release=base.release, new_release=new.release,
                       base_p50_ms=a.p50_ms, new_p50_ms=b.p50_ms, delta_pct=round(delta, 2),
                       noise_pct=round(noise, 2), regression=delta > noise,

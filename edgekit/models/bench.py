@@ -48,7 +48,8 @@ class BenchResult(Frozen):
 
 
 class Comparison(Frozen):
-    device: str
+    device: str                             # the new result's
+    base_device: str = ""                   # the base result's, when another (--force)
     app: str
     config: dict[str, int | str]
     base: str                               # result ids

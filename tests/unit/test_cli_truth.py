@@ -65,6 +65,10 @@ def test_results_of_different_devices_or_targets_are_not_compared_without_force(
     assert forced.exit_code == 9               # still slower beyond the noise: said and coded
     assert "previous release" not in table and "a vs b (forced: device" in table
     assert "+99900.0%" in table and fits(table)
+    lines = [line.strip() for line in table.splitlines()]
+    # both devices, base over new (as the releases and latencies are)
+    assert any(line.startswith("lab-x86_64-1 ") for line in lines), table
+    assert any(line.startswith("→ lab-aarch64-1 ") for line in lines), table
 
 
 def test_nothing_to_compare_is_said_and_is_no_failure(home, narrow):
