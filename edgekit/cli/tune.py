@@ -64,6 +64,12 @@ def tuning_table(record) -> None:
         f"tuning {record.app} for {record.target} (measured on {record.measured_on})",
         [("variant", "short"), ("thr", "num"), ("p50 ms", "num"), ("time Δ", "num"),
          ("module B", "num"), ("result", "text" if render.wide else "short")])
+    # variant names break between their parts; the column never gets narrower than the
+    # longest part, so rich squeezes the result column instead of cutting a name mid-word
+    width = max(len(line) for c in record.candidates
+                for line in render.fold_at(c.variant, 16).split("\n"))
+    names = {c.variant: render.fold_at(c.variant, width) for c in record.candidates}
+    table.columns[0].min_width = width
     defaults = {c.threads: c for c in record.candidates
                 if c.variant == record.default_variant and c.p50_ms}
     notes = []
@@ -83,7 +89,7 @@ def tuning_table(record) -> None:
         else:   # an ok candidate's reason says whose measurement it shares
             result = ("[bold green]chosen[/]" if c == record.chosen else "[green]ok[/]") + \
                 (f" ({escape(c.reason)})" if c.reason else "")
-        table.add_row(escape(render.fold_at(c.variant, 22)), str(c.threads),
+        table.add_row(escape(names[c.variant]), str(c.threads),
                       "-" if c.p50_ms is None else f"{c.p50_ms:.4f}", ratio,
                       f"{c.module_bytes:,}" if c.module_bytes else "-", result)
     render.out.print(table)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import shutil
 import sys
 import tempfile
@@ -69,6 +70,10 @@ def _warnings_once():
         if key not in _SHOWN_WARNINGS:
             _SHOWN_WARNINGS.add(key)
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+            # and never again in this process, also from torch's own calls outside this block
+            # (leaving catch_warnings resets the once-per-place registry Python keeps)
+            warnings.filterwarnings("ignore", message=re.escape(str(w.message)),
+                                    category=w.category)
 
 
 def _say(line: str) -> None:
