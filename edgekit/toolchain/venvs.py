@@ -10,6 +10,7 @@ installed versions) is there; the versions go into manifests and build cache key
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,13 @@ from edgekit.toolchain.runner import run_tool
 MARKER = "edgekit-toolchain.json"
 
 
+def toolchains_root() -> Path:
+    """<cache>/toolchains, or $EDGEKIT_TOOLCHAINS_DIR: the venvs outlive a build cache that
+    is thrown away (the test suite's own cache finds the toolchains `.ci/setup.sh` made)."""
+    env = os.environ.get("EDGEKIT_TOOLCHAINS_DIR")
+    return Path(env).expanduser() if env else cache_root() / "toolchains"
+
+
 @dataclass(frozen=True)
 class Toolchain:
     name: str
@@ -34,7 +42,7 @@ class Toolchain:
     licence: str | None = None                # must be accepted before installing
 
     def directory(self) -> Path:
-        return cache_root() / "toolchains" / self.name
+        return toolchains_root() / self.name
 
     def python(self) -> Path:
         return self.directory() / "bin" / "python"

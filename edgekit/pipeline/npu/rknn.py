@@ -218,7 +218,7 @@ def simulator_check(job: RknnJob, model: ExportedModel,
                     problems.append(f"{sig.name} (sample {k}): top-1 agreement {top1:.0%}")
     what = "the quantized PyTorch model" if model.quantization else "the float model"
     against = f"golden outputs ({what}, {model.reference or 'reference'})"
-    summary = (f"rknn simulator vs {against}, {len(goldens)} sample(s): worst cosine "
+    summary = (f"vs {against}, {len(goldens)} sample(s): worst cosine "
                f"{worst_cos:.5f} (floor {job.min_cosine}), max abs error {worst_abs:.3g} "
                f"(≈{worst_lsb} int8 steps of the output's range)"
                + (f", top-1 agreement {worst_top1:.0%}" if worst_top1 is not None else ""))
