@@ -244,6 +244,8 @@ def deploy_summary(result) -> None:
     if result.variant or result.variants_skipped:   # a multi-variant bundle: which one runs
         out.print(f"  runs {'variant ' + result.variant if result.variant else 'the baseline'}"
                   + "".join(f"; skipped {escape(s)}" for s in result.variants_skipped))
+    if result.npu:
+        out.print(f"  npu: {escape(result.npu)}")
 
 
 def deploy_json(result) -> dict:
