@@ -34,3 +34,18 @@ def test_an_npu_release_is_refused_on_a_device_without_the_npu_then_deployed_as_
     release = arm_device.host_path(
         f"{arm_device.home}/.edgekit/apps/npu-app/releases/{result['release']}")
     assert (release / "npu" / "model.rknn").read_bytes()[:4] == b"RKNN"
+
+
+def test_a_fleet_of_npu_boards_without_their_npu_updates_only_with_cpu_fallback(
+        write_recipe, arm_device, tmp_path):
+    recipe = write_recipe(CNN.replace("npu-app", "npu-fleet"))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"devices:\n  {arm_device.name}: {{target: rk3588-npu}}\n")
+    refused = edgekit("fleet", "update", "--fleet", str(fleet), "--recipe", str(recipe))
+    assert refused.returncode != 0 and "renderD129" in refused.stderr
+    proc = edgekit("fleet", "update", "--fleet", str(fleet), "--recipe", str(recipe),
+                   "--cpu-fallback", "--json")
+    assert proc.returncode == 0, proc.stderr
+    outcome = json.loads(proc.stdout)["devices"][0]
+    assert outcome["status"] == "updated", outcome
+    assert current_of(arm_device, "npu-fleet") is not None
