@@ -38,8 +38,8 @@ def main(request_path: str) -> int:
     results = {}
     for k in range(req["sample_count"]):
         inputs = [samples[f"s{k}_i{i}"] for i in range(req["input_count"])]
-        formats = ["nchw" if x.ndim == 4 else None for x in inputs]
-        outputs = rknn.inference(inputs=inputs, data_format=formats)
+        # the model's own layout (rknn applies data_format to 4-D inputs only)
+        outputs = rknn.inference(inputs=inputs, data_format=["nchw"] * len(inputs))
         if outputs is None:
             check(-1, f"inference on sample {k}")
         for j, out in enumerate(outputs):
