@@ -1,6 +1,6 @@
 """Stage `npu (rknn)`: the Rockchip NPU part of a bundle, through the rknn-toolkit2 plugin.
 
-The float model goes to ONNX (opset 19: rknn-toolkit2 2.5.0 refuses newer ones, measured);
+The float model goes to ONNX (its frontend's `interchange`; opset 19: rknn-toolkit2 2.5.0 refuses newer ones, measured);
 rknn-toolkit2, in its own venv (toolchain/venvs.py: proprietary, pins numpy 1.26), quantizes it
 with the recipe's calibration set (its dataset file), compiles it for the profile's platform
 (`npu.accelerator`, e.g. rk3588), and runs the golden inputs on its simulator. The simulator's
@@ -14,10 +14,7 @@ The simulator gives no timing: the cycle figures are the rknn compiler's static 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
 import math
 import re
 from dataclasses import dataclass, replace
@@ -84,31 +81,6 @@ def job_for(recipe: Recipe, float_model: ExportedModel) -> RknnJob:
                    where=str(recipe.path))
 
 
-def onnx_bytes(program) -> bytes:
-    """The model as ONNX for rknn: a torch.export program through torch.onnx (opset 19), an
-    ONNX model (the onnx frontend's graph) as it is."""
-    if hasattr(program, "SerializeToString"):
-        return program.SerializeToString()
-    import torch
-    held = io.StringIO()
-    quiet = logging.getLogger("torch.onnx")   # "torchvision is not installed" × 4
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(held):   # torch.onnx prints its progress
-            exported = torch.onnx.export(program, (), dynamo=True, opset_version=OPSET,
-                                         optimize=True, verbose=False)
-    except Exception as exc:  # torch.onnx raises many kinds; all mean "no ONNX of it"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"rknn: exporting the model to ONNX failed: {first[:200]}",
-                          where="stage npu (rknn)",
-                          hint="rknn-toolkit2 reads ONNX: the model must pass "
-                               "torch.onnx.export(dynamo=True)") from None
-    finally:
-        quiet.setLevel(level)
-    return exported.model_proto.SerializeToString()
-
-
 def build_rknn(job: RknnJob, golden_model: ExportedModel, target: Target,
                workdir: Path) -> NpuPart:
     """Convert, quantize, compile for the profile's NPU and simulate the golden inputs."""
@@ -116,7 +88,8 @@ def build_rknn(job: RknnJob, golden_model: ExportedModel, target: Target,
     versions = toolchain_versions()
     work = workdir / "rknn"
     work.mkdir(parents=True, exist_ok=True)
-    (work / "model.onnx").write_bytes(onnx_bytes(job.float_model.program))
+    model = job.float_model
+    (work / "model.onnx").write_bytes(model.frontend.interchange(model.program, OPSET))
     dataset = None
     if job.calibration:
         lines = []
