@@ -52,3 +52,14 @@ def test_without_the_plugin_the_build_says_what_to_install_and_exits_5(tmp_path)
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("build/*"))            # nothing was built
 
+
+
+def test_an_onnx_model_goes_to_rknn_as_it_is(write_recipe, tmp_path):
+    from tests.fixtures.tiny_models import conv_mean
+    from tests.integration.test_onnx_and_check import export_onnx
+    model, example = conv_mean()
+    export_onnx(model, example, tmp_path / "m.onnx")
+    recipe = write_recipe(f"name: onnx-npu\nmodel:\n  onnx: {tmp_path / 'm.onnx'}\n")
+    m = build(BuildOptions(recipe=recipe, target="rk3588-npu")).bundle.manifest
+    assert m.npu.validated_on.startswith("rknn simulator")
+    assert "onnxruntime" in m.npu.checks[0]           # the golden outputs' reference
