@@ -12,12 +12,15 @@ edgekit reads it. Exit 3 names the rknn call that failed.
 """
 
 import json
+import os
 import sys
 
 
 def main(request_path: str) -> int:
     with open(request_path) as f:
         req = json.load(f)
+    # rknn-toolkit2 writes its intermediate models (check*.onnx) to the working directory
+    os.chdir(os.path.dirname(os.path.abspath(request_path)))
     import numpy as np
     from rknn.api import RKNN
 
