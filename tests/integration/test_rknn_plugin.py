@@ -30,6 +30,7 @@ def test_an_int8_recipe_builds_an_rknn_validated_on_the_simulator_beside_the_cpu
     assert "quantized PyTorch model" in n.checks[0] and "top-1 agreement 100%" in n.checks[0]
     assert n.worst_lsb is not None and 0 <= n.worst_lsb <= 16
     assert "npu" in result.stage_seconds
+    assert not list(Path.cwd().glob("check*.onnx"))      # rknn's scratch stays in its own dir
 
 
 def test_a_float_model_becomes_a_float16_rknn(write_recipe):
