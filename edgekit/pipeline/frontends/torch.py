@@ -116,10 +116,10 @@ class TorchFrontend(Frontend[Program]):
         except Exception as exc:  # torch.onnx raises many kinds; all mean "no ONNX of it"
             text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__
-            raise ConfigError(f"exporting the model to ONNX failed: {first[:200]}",
-                              where="stage npu",
-                              hint="the NPU compiler reads ONNX: the model must pass "
-                                   "torch.onnx.export(dynamo=True)") from None
+            raise ModelLoadError(f"exporting the model to ONNX failed: {first[:200]}",
+                                 where="stage npu",
+                                 hint="the NPU compiler reads ONNX: the model must pass "
+                                      "torch.onnx.export(dynamo=True)") from None
         finally:
             quiet.setLevel(level)
         return exported.model_proto.SerializeToString()
