@@ -116,6 +116,7 @@ def build_rknn(job: RknnJob, golden_model: ExportedModel, target: Target,
                     hint=f"set EDGEKIT_KEEP_TEMPS=1 to keep {work} (model.onnx, request.json) "
                          "and rerun the command by hand", timeout=1800)
     log = proc.stdout.decode(errors="replace")
+    (work / "rknn_build.log").write_text(log)        # kept with EDGEKIT_KEEP_TEMPS=1
     ops = layer_table(log)
     simulated = np.load(work / "outputs.npz")
     goldens = [golden_model.golden, *golden_model.more_golden]
@@ -210,7 +211,8 @@ _MEMORY = re.compile(r"Total (Internal|Weight) Memory Size: ([\d.]+)\s*(KB|MB)")
 
 def layer_table(log: str) -> list[NpuOp]:
     """Each layer the rknn compiler placed: its op type, NPU or CPU, and its MACs (from the
-    weight and output shapes in the table)."""
+    weight and output shapes in the table: layers without a weight operand, such as a fused
+    attention's activation products, count none)."""
     ops = []
     for line in log.splitlines():
         row = _ROW.match(line.strip())
