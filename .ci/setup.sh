@@ -31,3 +31,7 @@ fi
 # torch is pinned to the 2.13.0 CPU build: an unpinned torch pulls a multi-GB CUDA build.
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r .ci/requirements.txt
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps -e .
+
+# The Rockchip NPU compiler (rknn-toolkit2: Rockchip's proprietary licence, accepted here for
+# CI) in its own venv under the cache; kept when already there.
+python3 -m edgekit toolchains install rknn --accept-licence

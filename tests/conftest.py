@@ -38,7 +38,11 @@ def pytest_collection_modifyitems(config, items):
 def isolated_edgekit_state(tmp_path_factory):
     """The whole session uses its own build cache, pinned keys and device registry, never the
     user's; a build made by one test is a cache hit for the next."""
-    saved = {k: os.environ.get(k) for k in ("EDGEKIT_CACHE_DIR", "EDGEKIT_HOME")}
+    saved = {k: os.environ.get(k) for k in ("EDGEKIT_CACHE_DIR", "EDGEKIT_HOME",
+                                             "EDGEKIT_TOOLCHAINS_DIR")}
+    # the optional toolchains' venvs (NPU compilers, made by .ci/setup.sh) stay where they are
+    from edgekit.toolchain.venvs import toolchains_root
+    os.environ["EDGEKIT_TOOLCHAINS_DIR"] = str(toolchains_root())
     os.environ["EDGEKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("edgekit-cache"))
     os.environ["EDGEKIT_HOME"] = str(tmp_path_factory.mktemp("edgekit-home"))
     os.environ.pop("EDGEKIT_TARGETS_PATH", None)

@@ -32,6 +32,7 @@ class DeployOptions:
     allow_unsigned: bool = False    # the user's opt-out of the signature check (journaled)
     timeouts: Timeouts | None = None   # default: the target profile's, the recipe's, then env
     trust_pickle: bool = False      # the recipe's .pt2 may be unpickled (`--trust-pickle`)
+    cpu_fallback: bool = False      # an NPU bundle: deploy its IREE CPU module, no NPU needed
 
 
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
@@ -53,7 +54,7 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
         if on_stage:
             on_stage("connect and preflight")
         with open_device(options.host, options.identity, timeouts) as conn:
-            preflight_target(conn, load_target(options.target))
+            preflight_target(conn, load_target(options.target), options.cpu_fallback)
     # The deploy ships its own copy of the bundle: another build or deploy from this working
     # directory may publish build/<app>-<target> again while this one uploads (publish.py).
     if options.bundle is not None and Path(options.bundle).is_dir():
@@ -72,7 +73,8 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
         with open_device(options.host, options.identity, timeouts) as conn:
             return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
                                  hooks=bundle.manifest.hooks,
-                                 allow_unsigned=options.allow_unsigned)
+                                 allow_unsigned=options.allow_unsigned,
+                                 cpu_fallback=options.cpu_fallback)
     finally:
         if options.bundle is None or Path(options.bundle).is_dir():
             shutil.rmtree(bundle.path.parent, ignore_errors=True)

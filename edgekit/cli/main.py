@@ -306,19 +306,22 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
 @ALLOW_UNSIGNED
 @TRUST_PICKLE
+@click.option("--cpu-fallback", is_flag=True,
+              help="an NPU bundle: deploy its IREE CPU module on a device without the NPU")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @WIDE
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
-           trust_pickle: bool,
+           trust_pickle: bool, cpu_fallback: bool,
            as_json: bool) -> None:
     """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
     first; check the device, upload, validate on the device, then activate."""
     from edgekit.api.deploy import DeployOptions, deploy as run_deploy
     options = DeployOptions(host=host, bundle=bundle, recipe=recipe, target=target,
                             identity=identity, keep=keep, use_cache=not no_cache,
-                            allow_unsigned=allow_unsigned, trust_pickle=trust_pickle)
+                            allow_unsigned=allow_unsigned, trust_pickle=trust_pickle,
+                            cpu_fallback=cpu_fallback)
     try:
         if as_json:
             result = run_deploy(options)

@@ -104,6 +104,8 @@ def build_summary(result: BuildResult) -> None:
                   f"on {t.measured_on}, {t.tuned_at}); `--no-tuned` for the profile default")
     if m.quantization:
         quantization_summary(m.quantization)
+    if m.npu:
+        npu_summary(m.npu)
     if result.stage_seconds and not result.cached:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.stage_seconds.items())
         out.print(f"  stages: {stages}")
@@ -143,6 +145,31 @@ def quantization_summary(q) -> None:
         cos = ("cosine n/a (all zero)" if o.min_cosine is None else
                f"cosine min {o.min_cosine:.6f} / mean {o.mean_cosine:.6f}")
         out.print(f"    {o.name}: {cos}, max abs error {o.max_abs_error:.3g}{top1}")
+
+
+def npu_summary(n) -> None:
+    """The NPU part: what runs where, the compiler's estimate (never a measurement) and what
+    validated its numbers (a simulator or reference model, never the NPU)."""
+    on_npu = sum(op.placement == "npu" for op in n.ops)
+    share = f", {n.npu_mac_share:.0%} of MACs" if n.npu_mac_share is not None else ""
+    compiler = ", ".join(f"{k} {v}" for k, v in n.compiler.items())
+    out.print(f"  npu: {n.accelerator} {n.artifact} ({compiler}); {on_npu} of {len(n.ops)} "
+              f"ops on the NPU{share}")
+    for op in n.ops:
+        if op.placement != "npu":
+            out.print(f"    {op.placement}: {op.op} — {op.reason}")
+    e = n.estimate
+    if e is not None:
+        figures = [f"{e.cycles:,} cycles" if e.cycles else "",
+                   f"{e.inferences_per_s:,.0f} inferences/s" if e.inferences_per_s else "",
+                   f"SRAM {e.sram_kib:,.1f} KiB" if e.sram_kib else "",
+                   f"DRAM {e.dram_kib:,.1f} KiB" if e.dram_kib else ""]
+        out.print(f"  npu estimate ({e.source}, not measured): "
+                  f"{', '.join(f for f in figures if f) or 'none'}")
+    for check in n.checks:
+        out.print(f"  npu validated on {n.validated_on}: {check}")
+    out.print("  cpu fallback: module.vmfb (IREE, the profile's CPU): "
+              "`edgekit deploy --cpu-fallback` on a board without a working NPU")
 
 
 def mode_cell(mode: str) -> str:
@@ -237,6 +264,8 @@ def deploy_summary(result) -> None:
     if result.variant or result.variants_skipped:   # a multi-variant bundle: which one runs
         out.print(f"  runs {'variant ' + result.variant if result.variant else 'the baseline'}"
                   + "".join(f"; skipped {escape(s)}" for s in result.variants_skipped))
+    if result.npu:
+        out.print(f"  npu: {escape(result.npu)}")
 
 
 def deploy_json(result) -> dict:

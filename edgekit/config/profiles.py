@@ -76,7 +76,24 @@ class NpuSpec(Frozen):
         default=(), description="runtime libraries preflight must find on the board (file names "
                                 "searched in the usual library directories)")
     kernel_module: str | None = pydantic.Field(
-        default=None, description="kernel driver preflight reads the version of (e.g. rknpu)")
+        default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="kernel driver preflight reads the version of (e.g. rknpu)")
+
+    @pydantic.field_validator("device_files")
+    @classmethod
+    def _device_paths(cls, files: tuple[str, ...]) -> tuple[str, ...]:
+        for f in files:   # sent to the device's probe: plain /dev paths only
+            if not re.fullmatch(r"/dev/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*", f) or ".." in f:
+                raise ValueError(f"device file {f!r}: expected a path under /dev/")
+        return files
+
+    @pydantic.field_validator("libraries")
+    @classmethod
+    def _library_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}", name):
+                raise ValueError(f"library {name!r}: expected a file name (e.g. librknnrt.so)")
+        return names
 
 
 class RuntimeSpec(Frozen):

@@ -29,6 +29,7 @@ from edgekit.config.address import safe_name
 from edgekit.config.recipe import Hooks
 from edgekit.config.profiles import Target
 from edgekit.device import layout, preflight
+from edgekit.device import npu_preflight as npu_probe
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import (activate, clean_leftovers, current_release, in_flight,
@@ -37,7 +38,8 @@ from edgekit.device.releases import (activate, clean_leftovers, current_release,
 from edgekit.device.trust import check_signature, install_signers
 from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
                             RemoteCommandFailed, ValidationFailed)
-from edgekit.models.bundle import Bundle, MANIFEST, MODULE, SIGNATURE, VARIANTS, sha256_file
+from edgekit.models.bundle import (Bundle, MANIFEST, MODULE, NPU, SIGNATURE, VARIANTS,
+                                   sha256_file)
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
@@ -64,15 +66,43 @@ class DeployResult:
     signer: str | None = None       # who signed the bundle (None: deployed --allow-unsigned)
     variant: str | None = None      # the CPU variant this device runs (None: the baseline)
     variants_skipped: tuple[str, ...] = ()  # variants passed over, and why
+    npu: str | None = None          # an NPU release: what the NPU preflight found, or that
+                                    # --cpu-fallback deployed the CPU module without it
 
 
-def preflight_target(conn: Transport, target: Target) -> DeviceInfo:
+def preflight_target(conn: Transport, target: Target, cpu_fallback: bool = False
+                     ) -> DeviceInfo:
     """Before a build for `target`: the device answers, and can run `target`'s code (the same
     checks as a bundle's preflight, less the free space the build's size decides)."""
     info = probe(conn)
     refuse_if(preflight.target_problems(target, info), conn, info, target.backend,
               nothing_done="nothing was built or uploaded")
+    npu_preflight(conn, target, cpu_fallback)
     return info
+
+
+def npu_preflight(conn: Transport, target: Target, cpu_fallback: bool) -> str | None:
+    """An NPU target's own preflight (device/npu_preflight.py): refuses (exit 14) a device
+    without the NPU stack the profile names, unless `cpu_fallback`; returns what the deploy
+    reports about the NPU (None: not an NPU target)."""
+    npu = target.npu
+    if npu is None:
+        return None
+    if target.backend == "none":
+        raise DeviceIncompatible(f"target {target.name} has no CPU/GPU module to deploy (an "
+                                 f"{npu.accelerator} artifact and estimates only)",
+                                 where=conn.where, hint="nothing was uploaded")
+    if cpu_fallback:
+        return (f"--cpu-fallback: the {npu.accelerator} NPU part is not used; the IREE CPU "
+                f"module ({MODULE}) runs and is validated")
+    found = npu_probe.probe_npu(conn, npu)
+    problems = npu_probe.npu_problems(npu, found)
+    if problems:
+        raise DeviceIncompatible("; ".join(problems), where=conn.where,
+                                 hint=npu_probe.FALLBACK_HINT)
+    return (f"{npu_probe.describe(npu, found)}; the NPU artifact is installed with the "
+            "release, and validation ran the IREE CPU module (edgekit runs no NPU runtime on "
+            "the device yet)")
 
 
 def refuse_if(found: list[str], conn: Transport, info: DeviceInfo, backend: str,
@@ -110,11 +140,12 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                   on_stage: Callable[[str], None] | None = None, *, gate: Gate | None = None,
                   hooks: Hooks | None = None, hooks_when_current: bool = False,
                   fallback: str | None | bool = False,
-                  allow_unsigned: bool = False) -> DeployResult:
+                  allow_unsigned: bool = False, cpu_fallback: bool = False) -> DeployResult:
     """Deploy a built bundle on a connected device (see the module docstring for the order).
     Its signature is checked here and again on the device; `allow_unsigned` (the user's
     explicit opt-out, journaled on the device) deploys a bundle whose signature is missing
-    or not trusted. `hooks` run after activation (also when the release was already current
+    or not trusted. An NPU release needs the NPU its profile names (npu_preflight), unless
+    `cpu_fallback` deploys its IREE CPU module without it. `hooks` run after activation (also when the release was already current
     if `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
     release that was current before) and HealthGateFailed is raised."""
     started = time.perf_counter()
@@ -134,6 +165,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     payload = sum(bundle.file(f).stat().st_size for f in m.files)
     refuse_if(preflight.problems(m, info, payload), conn, info, m.backend,
               nothing_done="nothing was uploaded")
+    npu = npu_preflight(conn, Target.model_validate(m.target_profile), cpu_fallback)
     variant, skipped = preflight.pick_variant(m, info)
     if m.variants:
         stage(f"preflight: runs {'variant ' + variant.name if variant else 'the baseline'}")
@@ -195,7 +227,8 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                         provisioned=provisioned, report=report, pruned=pruned,
                         seconds=round(now - started, 3), stage_seconds=stage_seconds,
                         gate=measured, signer=signer,
-                        variant=variant.name if variant else None, variants_skipped=skipped)
+                        variant=variant.name if variant else None, variants_skipped=skipped,
+                        npu=npu)
 
 
 def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
@@ -275,6 +308,8 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
             conn.mkdirs(f"{staging}/golden")
             if bundle.manifest.variants:
                 conn.mkdirs(f"{staging}/{VARIANTS}")
+            if bundle.manifest.npu is not None:
+                conn.mkdirs(f"{staging}/{NPU}")
             sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in local_files)
             conn.run(verify(staging), what="the uploaded release does not verify on the device")
             conn.mkdirs(f"{layout.app_dir(app)}/releases")
@@ -298,6 +333,8 @@ def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path,
     conn.mkdirs(f"{target}/golden")
     if any(rel.startswith(f"{VARIANTS}/") for _, rel in local_files):
         conn.mkdirs(f"{target}/{VARIANTS}")
+    if any(rel.startswith(f"{NPU}/") for _, rel in local_files):
+        conn.mkdirs(f"{target}/{NPU}")
     sent = 0
     for local, rel in local_files:
         partial = f"{target}/{rel}.partial"

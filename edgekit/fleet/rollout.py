@@ -67,6 +67,7 @@ class UpdateOptions:
     policy: dict = field(default_factory=dict)   # RolloutPolicy fields given on the command line
     keep: int = 3
     use_cache: bool = True
+    cpu_fallback: bool = False      # NPU targets: deploy the IREE CPU module, no NPU needed
 
 
 Progress = Callable[[RolloutEvent], None]
@@ -89,7 +90,7 @@ def update(options: UpdateOptions, build_for: BuildFor,
     directory = jr.rollouts_dir() / rollout_id
     directory.mkdir(parents=True)
     try:
-        _preflight_all(fleet, policy.concurrency, on_event)
+        _preflight_all(fleet, policy.concurrency, on_event, options.cpu_fallback)
         bundles, releases = _build_per_target(build_for, fleet, directory, on_event)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)   # nothing was planned: leave no trace
@@ -100,7 +101,7 @@ def update(options: UpdateOptions, build_for: BuildFor,
                        devices=fleet.devices,
                        waves=tuple(tuple(d.name for d in wave) for wave in waves),
                        policy=policy, hooks=hooks, bundles=bundles, releases=releases,
-                       keep=options.keep)
+                       keep=options.keep, cpu_fallback=options.cpu_fallback)
     jr.save_plan(directory, plan)
     with jr.exclusive(directory):
         journal = jr.Journal(directory, on_event)
@@ -129,7 +130,8 @@ def rollout_result(rollout_id: str | None = None) -> FleetResult:
     return jr.result_of(jr.load_plan(directory), jr.replay(jr.read_events(directory)), directory)
 
 
-def _preflight_all(fleet: Fleet, concurrency: int, on_event: Progress | None) -> None:
+def _preflight_all(fleet: Fleet, concurrency: int, on_event: Progress | None,
+                   cpu_fallback: bool = False) -> None:
     """Reach every device and check it can run its target before building anything (seconds,
     not minutes). When none can, the rollout stops here; otherwise the ones that cannot are
     reported now and fail in their wave, counted against max_fail as always."""
@@ -137,7 +139,7 @@ def _preflight_all(fleet: Fleet, concurrency: int, on_event: Progress | None) ->
         try:
             identity = Path(device.identity) if device.identity else None
             with open_device(device.address, identity) as conn:
-                preflight_target(conn, load_target(device.target))
+                preflight_target(conn, load_target(device.target), cpu_fallback)
             return ""
         except EdgekitError as exc:
             return f"{type(exc).__name__}: {exc.what}"
@@ -239,6 +241,7 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
                                     one_at_a_time=LAB_CPUS if device.lab else None)
             deploy_bundle(conn, bundle, keep=plan.keep, gate=gate, hooks=plan.hooks,
                           hooks_when_current=True, fallback=previous,
+                          cpu_fallback=plan.cpu_fallback,
                           on_stage=lambda step: journal.write(DeviceStep(device=name,
                                                                          step=step)))
         status, reason, failure = ("updated" if previous != release else "unchanged"), "", ""

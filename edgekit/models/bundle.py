@@ -33,10 +33,12 @@ SIGNATURE = "manifest.json.sig"     # ssh-keygen -Y sign over the manifest's byt
 MODULE = "module.vmfb"
 VARIANTS = "variants"   # more CPU modules: variants/<name>.vmfb
 GOLDEN = "golden"
+NPU = "npu"             # an NPU compiler's artifact and report: npu/<name>
 SCHEMA_VERSION = 1
 # The only payload names a manifest may list (the device's verify.sh holds the same set).
 _PAYLOAD = re.compile(r"module\.vmfb|golden/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.npy|"
-                      r"variants/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.vmfb")
+                      r"variants/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.vmfb|"
+                      r"npu/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -357,9 +359,9 @@ def _check_member(member: tarfile.TarInfo, top: str, archive: Path) -> None:
         raise BundleError(f"the archive holds {kind}: {member.name}{link}; a bundle holds plain "
                           "files only", where=str(archive))
     inner = "" if member.name == top else member.name[len(top) + 1:] if top else member.name
-    allowed = inner in ("", MANIFEST, SIGNATURE, GOLDEN, VARIANTS) or \
+    allowed = inner in ("", MANIFEST, SIGNATURE, GOLDEN, VARIANTS, NPU) or \
         bool(_PAYLOAD.fullmatch(inner)) and ".." not in inner
-    if not allowed or member.isdir() != (inner in ("", GOLDEN, VARIANTS)):
+    if not allowed or member.isdir() != (inner in ("", GOLDEN, VARIANTS, NPU)):
         raise BundleError(f"the archive holds {member.name!r}, not a file a bundle may hold",
                           where=str(archive), hint=f"a bundle holds {MANIFEST}, {SIGNATURE}, "
                                                    f"{MODULE} and {GOLDEN}/<name>.npy")

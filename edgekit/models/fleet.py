@@ -27,6 +27,7 @@ class RolloutPlan(Frozen):
     bundles: dict[str, str]                      # target → bundle directory (rollout's copy)
     releases: dict[str, str]                     # target → release id
     keep: int = 3
+    cpu_fallback: bool = False                   # NPU targets: their IREE CPU module
 
     def device(self, name: str) -> FleetDevice:
         return next(d for d in self.devices if d.name == name)

@@ -52,6 +52,9 @@ class BackContext:
     bundle_dir: Path
     reproducer_dir: Path
     first_lowering: tuple[str, str] | None = None
+    # an NPU target's own stage (pipeline/npu): the compiled CPU module → the same with its
+    # NPU part (rknn: the .rknn, simulated); None: no NPU
+    npu: Callable[[CompiledModule, Path], CompiledModule] | None = None
 
 
 # The context of the FRONT stages is the recipe; its frontend comes from the recipe's `model:`
@@ -79,6 +82,8 @@ BACK: tuple[Stage[BackContext], ...] = (
           lambda ctx, compiled: check_quantized(compiled, ctx.target)),
     Stage("compile variants", CompiledModule, CompiledModule,
           lambda ctx, compiled: compile_variants(compiled, ctx.target, ctx.workdir)),
+    Stage("npu", CompiledModule, CompiledModule,
+          lambda ctx, compiled: ctx.npu(compiled, ctx.workdir) if ctx.npu else compiled),
     Stage("package", CompiledModule, Bundle,
           lambda ctx, compiled: package_bundle(
               compiled, ctx.identity(compiled.quantization), ctx.target, ctx.bundle_dir)),
@@ -105,6 +110,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     base = source_key.loaded_recipe(options)
     recipe = with_quantize_mode(base, options.quantize)
     target = load_target(options.target)
+    npu_versions = _npu_versions(target)   # before anything runs: a missing plugin is exit 5
     skey = source_key.source_key(options, base, target)
     out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
@@ -123,11 +129,14 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         if variant is not None:
             recipe = variant.applied_to(recipe)
         first = steering.first_lowering if recipe.lowering == "auto" else None
-        key = build_key(recipe_origin(recipe), target, exported, first)
+        origin = recipe_origin(recipe)
+        if npu_versions:
+            origin["npu"] = npu_versions
+        key = build_key(origin, target, exported, first)
         ctx = BackContext(target, recipe.lowering, recipe.compile.flags,
                           functools.partial(BundleIdentity.of, recipe, build_key=key), workdir,
                           workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
-                          first_lowering=first)
+                          first_lowering=first, npu=_npu_stage(target, recipe, first_export))
         cache = BuildCache()
         slot = cache_slot(cache, key)
         entry = cache.lookup(slot) if options.use_cache else None
@@ -148,6 +157,23 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
                        stage_seconds=timings, tar=tar)
+
+
+# --- NPU targets: each NPU family's stage (pipeline/npu) ------------------------------------
+
+def _npu_versions(target: Target) -> dict[str, str]:
+    """The NPU toolchain's versions (part of the build key); raises ToolchainMissing."""
+    from edgekit.pipeline.npu import rknn
+    return rknn.toolchain_versions() if rknn.wants_rknn(target) else {}
+
+
+def _npu_stage(target: Target, recipe: Recipe, float_model: ExportedModel):
+    """The BACK stage that adds the NPU part, from the float model (before quantization)."""
+    from edgekit.pipeline.npu import rknn
+    if not rknn.wants_rknn(target):
+        return None
+    return lambda compiled, workdir: rknn.with_npu(compiled, rknn.build_rknn(
+        rknn.job_for(recipe, float_model), compiled.exported, target, workdir))
 
 
 def _remember_sources(skey: str, key: str, tuning, recipe: Recipe, digest: str, read: set[str],

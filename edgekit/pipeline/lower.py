@@ -18,6 +18,7 @@ from edgekit.errors import LoweringError, QuantizationError
 from edgekit.models.bundle import (ContractionCensus, LoweringAttempt, LoweringRecord,
                                    QuantizationNote)
 from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.npu.part import NpuPart
 from edgekit.toolchain import iree, torch_mlir
 
 
@@ -93,6 +94,7 @@ class CompiledModule:
     source: Path | None = None                    # the lowered MLIR iree-compile read
     quantization: QuantizationNote | None = None  # with the lowering and contraction census
     variants: tuple[tuple[CpuVariant, Path], ...] = ()   # the profile's further CPU modules
+    npu: NpuPart | None = None                    # an NPU target's part (pipeline/npu)
 
 
 # torch-mlir's tosa and linalg outputs dequantize int8 weights and compute in fp32 (facts.md);

@@ -82,8 +82,15 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         shutil.copyfile(vmfb, directory / rel)
         variants.append(ModuleVariant(name=variant.name, file=rel, cpu=variant.cpu.cpu,
                                       features=variant.cpu.features))
+    npu_files = []
+    if compiled.npu is not None:    # the NPU compiler's artifact and report (pipeline/npu)
+        for rel, made in compiled.npu.files.items():
+            (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made, directory / rel)
+            npu_files.append(rel)
     files = {rel: sha256_file(directory / rel)
-             for rel in [MODULE, *(v.file for v in variants), *(r for r, _ in written)]}
+             for rel in [MODULE, *(v.file for v in variants), *(r for r, _ in written),
+                         *npu_files]}
     manifest = Manifest(
         app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -110,6 +117,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         golden_reference=exported.reference,
         more_golden=tuple(more),
         variants=tuple(variants),
+        npu=compiled.npu.note if compiled.npu is not None else None,
         model_notes=exported.notes,
         files=files,
     )

@@ -206,7 +206,8 @@ def source_key(options: BuildOptions, recipe: Recipe, target: Target) -> str | N
     if sources is None:
         return None
     variant = options.variant
-    return cache_key({
+    npu = {"npu": _npu_toolchain(target)} if target.npu is not None else {}
+    return cache_key({**npu,
         "schema": SCHEMA,
         "recipe": recipe.model_dump(mode="json"),
         "recipe_at": str(recipe.path.resolve()),        # relative paths resolve against it
@@ -221,6 +222,16 @@ def source_key(options: BuildOptions, recipe: Recipe, target: Target) -> str | N
         "edgekit": _own_code(),
         "sources": sources,
     })
+
+
+def _npu_toolchain(target: Target) -> dict[str, str] | None:
+    """The installed versions of the NPU plugin a target needs (None: not installed, so no
+    record matches and the build itself says what to install)."""
+    from edgekit.toolchain import venvs
+    name = {"rknpu": "rknn"}.get(target.npu.kind)
+    if name is None or not venvs.toolchain(name).installed():
+        return None
+    return venvs.versions(name)
 
 
 # --- what the build read -----------------------------------------------------------------------

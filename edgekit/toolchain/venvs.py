@@ -10,6 +10,7 @@ installed versions) is there; the versions go into manifests and build cache key
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,13 @@ from edgekit.toolchain.runner import run_tool
 MARKER = "edgekit-toolchain.json"
 
 
+def toolchains_root() -> Path:
+    """<cache>/toolchains, or $EDGEKIT_TOOLCHAINS_DIR: the venvs outlive a build cache that
+    is thrown away (the test suite's own cache finds the toolchains `.ci/setup.sh` made)."""
+    env = os.environ.get("EDGEKIT_TOOLCHAINS_DIR")
+    return Path(env).expanduser() if env else cache_root() / "toolchains"
+
+
 @dataclass(frozen=True)
 class Toolchain:
     name: str
@@ -30,10 +38,11 @@ class Toolchain:
     packages: tuple[str, ...]                 # pinned requirements, installed with their deps
     no_deps: tuple[str, ...] = ()             # pinned, installed without their (conflicting) deps
     system_site_packages: bool = False        # reuse this Python's torch (a second copy is GBs)
+    borrowed: tuple[str, ...] = ()            # packages used from this Python (recorded too)
     licence: str | None = None                # must be accepted before installing
 
     def directory(self) -> Path:
-        return cache_root() / "toolchains" / self.name
+        return toolchains_root() / self.name
 
     def python(self) -> Path:
         return self.directory() / "bin" / "python"
@@ -50,13 +59,18 @@ TOOLCHAINS: dict[str, Toolchain] = {t.name: t for t in (
     # tosa-opt (strict PRO-INT check, serialization), the TOSA reference model, and Vela
     Toolchain("tosa", "TOSA checks, the TOSA reference model and Vela (Ethos-U)",
               packages=("tosa-tools==2026.8.0", "ethos-u-vela==5.2.0")),
-    # proprietary; pins torch <= 2.4 and numpy <= 1.26, so installed without its declared deps
+    # proprietary; pins torch <= 2.4 and numpy <= 1.26, so installed without its declared deps.
+    # Its rknn.api imports torch even to convert ONNX (measured: ModuleNotFoundError without
+    # it); PyPI's torch 2.4 is the CUDA build (GBs), so the venv borrows this Python's torch
+    # through site-packages (its own numpy 1.26 and onnx 1.18 come first on sys.path).
+    # Measured with torch 2.13: ONNX → rk3588 .rknn, int8 calibration and the simulator work;
+    # only its PyTorch frontend (load_pytorch), which edgekit does not use, is untested.
     Toolchain("rknn", "Rockchip NPU compiler and simulator (rknn-toolkit2)",
               packages=("numpy==1.26.4", "onnx==1.18.0", "onnxruntime==1.20.1",
                         "protobuf==4.25.4", "psutil==7.0.0", "ruamel.yaml==0.18.10",
                         "scipy==1.13.1", "tqdm==4.67.1", "opencv-python-headless==4.10.0.84",
                         "fast-histogram==0.14"),
-              no_deps=("rknn-toolkit2==2.5.0",),
+              no_deps=("rknn-toolkit2==2.5.0",), system_site_packages=True, borrowed=("torch",),
               licence="rknn-toolkit2 is distributed under Rockchip's proprietary licence "
                       "(https://github.com/airockchip/rknn-toolkit2/blob/master/LICENSE)"),
 )}
@@ -133,7 +147,7 @@ def _create(chain: Toolchain) -> None:
     if chain.no_deps:
         run_tool(pip + ["--no-deps"] + list(chain.no_deps),
                  what=f"installing the {chain.name} toolchain", hint=hint, timeout=3600)
-    names = [p.split("==")[0] for p in chain.packages + chain.no_deps]
+    names = [p.split("==")[0] for p in chain.packages + chain.no_deps] + list(chain.borrowed)
     found = subprocess.run(
         [str(chain.python()), "-c",
          "import importlib.metadata as m, json, sys; "

@@ -7,7 +7,7 @@ from edgekit.pipeline.stages import PlanError, Stage, check_plan, run_plan
 def test_the_build_plan_chains_from_recipe_to_bundle():
     names = [s.name for s in FRONT + BACK]
     assert names == ["load", "export", "quantize", "check golden", "rewrite", "import",
-                     "lower+compile", "check quantization", "compile variants", "package"]
+                     "lower+compile", "check quantization", "compile variants", "npu", "package"]
 
 
 def test_a_plan_whose_types_do_not_chain_is_refused_before_running():

@@ -79,6 +79,11 @@ class Frontend(ABC, Generic[G]):
     def import_graph(self, graph: G) -> ImportedGraph:
         """torch-mlir's import; raises toolchain.torch_mlir.LowerFailure."""
 
+    def interchange(self, graph: G, opset: int) -> bytes:
+        """The graph as an ONNX model's bytes (opset `opset` at most where the frontend makes
+        it), for NPU compilers that read ONNX (rknn-toolkit2: pipeline/npu/rknn.py)."""
+        raise NotImplementedError(f"the {self.kind} frontend gives no ONNX model")
+
     # `edgekit check`
     @abstractmethod
     def graph_to_check(self, recipe: Recipe) -> tuple[G, str]:

@@ -154,6 +154,9 @@ class OnnxFrontend(Frontend[Model]):
                 + ", ".join(f"{PREFIX}{name}" for name in asked) + " not applied")
         return dataclasses.replace(exported, rewrites=(*exported.rewrites, note))
 
+    def interchange(self, graph: Model, opset: int) -> bytes:
+        return graph.SerializeToString()    # as loaded (an NPU compiler says if it is too new)
+
     def import_graph(self, graph: Model) -> ImportedGraph:
         """The ONNX import (a child process) is the `torch` lowering, tried first: IREE's own
         ONNX input is IREE's supported path for ONNX. torch-mlir's ONNX→torch conversion

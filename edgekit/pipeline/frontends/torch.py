@@ -104,6 +104,26 @@ class TorchFrontend(Frontend[Program]):
                 ) -> ExportedModel[Program]:
         return rewrite_graph(exported, flags)
 
+    def interchange(self, graph: Program, opset: int) -> bytes:
+        """torch.onnx's dynamo exporter (onnxscript), its progress chatter held back."""
+        quiet = logging.getLogger("torch.onnx")   # "torchvision is not installed" × 4
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):   # it prints its progress
+                exported = torch.onnx.export(graph, (), dynamo=True, opset_version=opset,
+                                             optimize=True, verbose=False)
+        except Exception as exc:  # torch.onnx raises many kinds; all mean "no ONNX of it"
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else type(exc).__name__
+            raise ModelLoadError(f"exporting the model to ONNX failed: {first[:200]}",
+                                 where="stage npu",
+                                 hint="the NPU compiler reads ONNX: the model must pass "
+                                      "torch.onnx.export(dynamo=True)") from None
+        finally:
+            quiet.setLevel(level)
+        return exported.model_proto.SerializeToString()
+
     def __init__(self):
         # `check` lists the decomposed program's ops, then imports it: decomposing once saves
         # seconds on a large model (ResNet-50: ~5 s). One slot, emptied by the import.
