@@ -72,8 +72,10 @@ def build_summary(result: BuildResult) -> None:
     note = " (fallback)" if fell_back else ""
     if m.lowering.note:
         note += f" — {m.lowering.note}"
+    module = (f"module {result.bundle.module.stat().st_size:,} bytes"
+              if result.bundle.module.is_file() else "no CPU module (backend none)")
     out.print(f"  lowering: {m.lowering.used}{note} ({requested_lowering(m)}); "
-              f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
+              f"iree {m.compiler_version}; {module}")
     if m.golden_reference:
         out.print(f"  golden outputs: {m.golden_reference}")
     for note in m.model_notes:
@@ -84,11 +86,32 @@ def build_summary(result: BuildResult) -> None:
                   f"on {t.measured_on}, {t.tuned_at}); `--no-tuned` for the profile default")
     if m.quantization:
         quantization_summary(m.quantization)
+    if m.npu:
+        npu_summary(m.npu)
     if result.stage_seconds and not result.cached:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in result.stage_seconds.items())
         out.print(f"  stages: {stages}")
     if result.tar:
         out.print(f"  archive: {result.tar}")
+
+
+def npu_summary(note) -> None:
+    """The split, the reference-model check and the NPU compiler's estimate (never a
+    measurement: labelled so)."""
+    from edgekit.pipeline.npu import split
+    out.print(f"  npu ({note.accelerator}): {split.split_line(note.ops, note.npu_mac_share)}")
+    if split.cpu_summary(note.ops):
+        out.print(f"    CPU fallback: {escape(split.cpu_summary(note.ops))}")
+    if note.worst_lsb is not None:
+        out.print(f"  validated on the {note.validated_on} (not on an NPU): worst "
+                  f"{note.worst_lsb} LSB vs the quantized PyTorch model (≤ 1 passes)")
+    for check in note.checks:
+        out.print(f"    {check}")
+    if note.estimate:
+        out.print(f"  [cyan]{split.estimate_line(note.estimate)}[/]")
+    if note.artifact:
+        out.print(f"  npu artifact: {note.artifact}" +
+                  (f", report {note.report}" if note.report else ""))
 
 
 def requested_lowering(m) -> str:
