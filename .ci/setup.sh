@@ -31,3 +31,7 @@ fi
 # torch is pinned to the 2.13.0 CPU build: an unpinned torch pulls a multi-GB CUDA build.
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r .ci/requirements.txt
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps -e .
+
+# NPU compilers in their own venvs under the cache (conflicting pins: tosa-tools numpy < 2.2,
+# executorch): ExecuTorch's Arm backend, tosa-tools and Vela for the Ethos-U tests (tests/npu)
+python3 -m edgekit toolchains install npu
