@@ -117,7 +117,9 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
     by_id = {id(s): o for s, o in zip(held_out, outputs[len(sets) - len(held_out):])}
     report = accuracy_report(run_fp32, lambda s: by_id[id(s)], held_out, source, names,
                              recipe.validation)
-    check_floor(report, recipe.quantize.min_cosine, "int8", where=where)
+    floor = recipe.quantize.npu_min_cosine if recipe.quantize.npu_min_cosine is not None \
+        else recipe.quantize.min_cosine
+    check_floor(report, floor, "int8 (npu)", where=where)
     ops = split.placed_ops(result["ops"])
     contractions = sum(1 for o in ops if o.macs)
     note = QuantizationNote(

@@ -147,6 +147,8 @@ def main() -> int:
         if name == "getitem":
             continue
         reason = REJECTED.get(node.name, "")
+        if reason:
+            reason = f"no {request['spec']} form in ExecuTorch's Arm backend: {reason}"
         if not reason and _kind(name) == "bookkeeping":
             reason = "boundary (de)quantization or data movement kept on the CPU"
         ops.append({"op": name, "placement": "cpu", "partition": None, "kind": _kind(name),
