@@ -426,6 +426,34 @@ def check_table(report) -> None:
         out.print("reproducers: " + ", ".join(f"{s.op} → {s.reproducer}" for s in failing))
 
 
+def npu_check_table(report) -> None:
+    """Per op of the quantized model: NPU, CPU fallback or unsupported, with the reason (at
+    terminal width the reasons follow the table; --wide: a column)."""
+    label = {"npu": "[green]NPU[/]", "cpu": "[yellow]CPU fallback[/]",
+             "unsupported": "[red]unsupported[/]"}
+    columns = [("op", "short"), ("count", "num"), ("runs on", "key"), ("MACs", "num")]
+    if wide:
+        columns.append(("reason", "text"))
+    table = fitted_table(f"{report.model} for {report.target} ({report.accelerator})", columns)
+    for r in report.ops:
+        row = [escape(r.op), str(r.count), label[r.placement], f"{r.macs:,}" if r.macs else "-"]
+        if wide:
+            row.append(escape(r.reason))
+        table.add_row(*row)
+    out.print(table)
+    if not wide:
+        for r in report.ops:
+            if r.reason and r.placement != "npu":
+                out.print(f"{r.op}: {r.reason}", markup=False, highlight=False)
+    share = (f"{report.npu_mac_share * 100:.1f}% of MACs on the NPU"
+             if report.npu_mac_share is not None else "no MACs")
+    out.print(f"{report.partitions} NPU partition(s); {share}")
+    if report.cpu_check:
+        out.print(f"CPU fallback module: {report.cpu_check}", markup=False, highlight=False)
+    out.print("[green]buildable[/]" if report.buildable else "[red]not buildable[/]: an op runs "
+              "neither on the NPU nor in the CPU fallback")
+
+
 FLEET_COLOURS = {"updated": "green", "unchanged": "green", "failed": "red",
                  "rolled-back": "yellow", "rollback-failed": "red", "skipped": "dim",
                  "pending": "dim"}

@@ -69,9 +69,12 @@ def spec_for(target: Target) -> str:
 # --- quantize and partition (executorch venv) --------------------------------------------------
 
 def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
-                     workdir: Path) -> tuple[ExportedModel, NpuGraph]:
+                     workdir: Path, calibration: list | None = None
+                     ) -> tuple[ExportedModel, NpuGraph]:
     """The recipe's model quantized by ExecuTorch's TOSAQuantizer and split by its partitioner;
-    golden outputs are the quantized PyTorch model's."""
+    golden outputs are the quantized PyTorch model's. `calibration` given (`edgekit check`:
+    where ops run does not depend on it): the recipe's quantize settings are not asked for
+    and its accuracy floor is not applied."""
     import torch
 
     from edgekit.pipeline.frontends.torch import program_digest
@@ -83,14 +86,15 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
                           f"{exported.frontend.kind}", where=str(recipe.path), key="model",
                           hint="export the model with torch.export (.pt2) or give a python "
                                "factory")
-    if recipe.quantize is None or recipe.quantize.mode != "int8":
+    checking = calibration is not None
+    if not checking and (recipe.quantize is None or recipe.quantize.mode != "int8"):
         raise ConfigError(f"target {target.name} runs integer TOSA: the recipe must quantize "
                           "to int8 with a calibration set", where=str(recipe.path),
                           key="quantize", hint="add `quantize: {mode: int8, calibration: …}`")
     versions = tosa.npu_versions(target.npu.kind)
     folder = workdir / "npu-graph"
     folder.mkdir(parents=True, exist_ok=True)
-    calibration = calibration_samples(recipe, exported.inputs)
+    calibration = calibration if checking else calibration_samples(recipe, exported.inputs)
     held_out, source = held_out_samples(recipe, exported.inputs)
     sets = [exported.samples, *exported.more_samples, *held_out]
     torch.export.save(exported.program, str(folder / "float.pt2"))
@@ -117,9 +121,10 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
     by_id = {id(s): o for s, o in zip(held_out, outputs[len(sets) - len(held_out):])}
     report = accuracy_report(run_fp32, lambda s: by_id[id(s)], held_out, source, names,
                              recipe.validation)
-    floor = recipe.quantize.npu_min_cosine if recipe.quantize.npu_min_cosine is not None \
-        else recipe.quantize.min_cosine
-    check_floor(report, floor, "int8 (npu)", where=where)
+    if not checking:
+        floor = recipe.quantize.npu_min_cosine if recipe.quantize.npu_min_cosine is not None \
+            else recipe.quantize.min_cosine
+        check_floor(report, floor, "int8 (npu)", where=where)
     ops = split.placed_ops(result["ops"])
     contractions = sum(1 for o in ops if o.macs)
     note = QuantizationNote(
@@ -127,7 +132,8 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
         # what lands on the CPU stays as the quantizer left it: an op with no integer form
         # computes in float there, and the split says so
         allow_float_contractions=True,
-        calibration=f"{recipe.quantize.calibration} ({len(calibration)} samples)",
+        calibration=(f"{recipe.quantize.calibration} ({len(calibration)} samples)"
+                     if not checking else f"the check's samples ({len(calibration)})"),
         accuracy=report,
         golden="outputs of the quantized PyTorch model (ExecuTorch TOSAQuantizer)")
     more = len(exported.more_samples)

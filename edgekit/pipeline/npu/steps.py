@@ -10,9 +10,10 @@ from pathlib import Path
 
 from edgekit.config.profiles import Target
 from edgekit.config.recipe import Recipe
-from edgekit.errors import ConfigError
+from edgekit.errors import ConfigError, LoweringError
 from edgekit.models.bundle import Bundle
 from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.npu import split
 from edgekit.pipeline.npu.ethos import NpuGraph, compile_for_npu, quantize_for_npu
 from edgekit.toolchain import tosa
 
@@ -42,8 +43,17 @@ def front(recipe: Recipe, exported: ExportedModel, target: Target, workdir: Path
           timings: dict[str, float], on_stage) -> tuple[ExportedModel, NpuGraph]:
     """Quantize and partition for the NPU (instead of the recipe's own quantizer)."""
     _supported(target)
-    return _timed("quantize+partition (npu)", timings, on_stage,
-                  lambda: quantize_for_npu(recipe, exported, target, workdir))
+    quantized, graph = _timed("quantize+partition (npu)", timings, on_stage,
+                              lambda: quantize_for_npu(recipe, exported, target, workdir))
+    stranded = [o.op for o in graph.ops if o.placement == "cpu" and not split.is_boundary(o)]
+    if stranded and target.backend == "none":
+        raise LoweringError(
+            f"{', '.join(dict.fromkeys(stranded))}: no integer TOSA form for the NPU, and "
+            f"{target.name} has no CPU module to fall back to (backend none)",
+            stage="partition (npu)", ops=tuple(dict.fromkeys(stranded)),
+            hint=f"replace the op, or build for a target with a CPU (`edgekit check MODEL "
+                 f"--target {target.name}` lists where each op runs)")
+    return quantized, graph
 
 
 def back(exported: ExportedModel, graph: NpuGraph, target: Target, workdir: Path,
