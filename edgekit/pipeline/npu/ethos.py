@@ -181,6 +181,7 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
     out.mkdir(parents=True, exist_ok=True)
     files: list[str] = []
     worst_ref, worst_iree, summaries = 0, 0, []
+    vela_ops = {"NPU": 0, "CPU": 0}     # Vela's own count of the TOSA ops it placed
     for stem in graph.partitions:
         tosa_in = graph.folder / f"{stem}.tosa"
         mlir = out / f"{stem}.mlir"
@@ -193,11 +194,13 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
         worst_iree = max(worst_iree, _iree_on_host(checked, graph.folder / f"{stem}.npz", out,
                                                    stem))
         vela_dir = out / f"{stem}-vela"
-        run_tool(tosa.vela_argv(checked, vela_dir, npu.accelerator, npu.system_config,
-                                npu.memory_mode),
+        said = run_tool(tosa.vela_argv(checked, vela_dir, npu.accelerator, npu.system_config,
+                                       npu.memory_mode),
                  what=f"Vela ({npu.accelerator}) on {stem}.tosa",
                  hint="the profile's npu.accelerator, system_config and memory_mode must be "
                       "names Vela knows (its vela.ini)")
+        for kind, count in _VELA_OPS.findall(said.stdout.decode(errors="replace")):
+            vela_ops[kind] += int(count)
         for made in sorted(vela_dir.iterdir()):
             if made.suffix in (".tflite", ".csv"):
                 shutil.copyfile(made, out / made.name)
@@ -224,10 +227,13 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
         validated_on="TOSA reference model", worst_lsb=worst_ref,
         checks=(f"strict TOSA 1.0 PRO-INT check (tosa-opt) on {len(graph.partitions)} "
                 "partition(s)",
-                f"IREE llvm-cpu on the same TOSA on the build host: worst {worst_iree} LSB"))
+                f"IREE llvm-cpu on the same TOSA on the build host: worst {worst_iree} LSB",
+                f"Vela placed {vela_ops['NPU']} TOSA operator(s) on the NPU, "
+                f"{vela_ops['CPU']} on the CPU"))
     return NpuBuild(folder=out, files=tuple(files), note=note)
 
 
+_VELA_OPS = re.compile(r"^(CPU|NPU) operators = (\d+)", re.MULTILINE)
 _TOSA_OP = re.compile(r"'(tosa\.\w+)' op")
 
 
