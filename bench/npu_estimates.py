@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from edgekit import BuildOptions, build  # noqa: E402
 from edgekit.config.profiles import load_target  # noqa: E402
+from edgekit.errors import EdgekitError  # noqa: E402
 
 EXAMPLES = "edgekit.examples.models"
 # model → (recipe in recipes/ or None, calibration: the factory's own or None: random like the
@@ -124,13 +125,22 @@ def main() -> int:
                 if accelerator.startswith("ethos-u65"):
                     bundle = host
                 else:
-                    bundle = build(BuildOptions(recipe=recipe, target=accelerator,
-                                                out=folder / f"{model}-{accelerator}")).bundle
+                    try:
+                        bundle = build(BuildOptions(recipe=recipe, target=accelerator,
+                                                    out=folder / f"{model}-{accelerator}")).bundle
+                    except EdgekitError as exc:   # e.g. an op stranded without a CPU
+                        rows.append({"model": model, "accelerator": accelerator,
+                                     "refused": exc.what, "measured_cpu_fallback_ms": cpu_ms})
+                        print(json.dumps(rows[-1]), file=sys.stderr)
+                        continue
                 rows.append(row_for(model, accelerator, bundle, cpu_ms))
                 print(json.dumps(rows[-1]), file=sys.stderr)
     print(f"{'model':18} {'accelerator':26} {'MACs on NPU':>11} {'ops NPU/CPU':>11} "
           f"{'est. cycles':>11} {'est. inf/s':>10} {'est. ms':>8} {'CPU fallback ms':>15}")
     for r in rows:
+        if "refused" in r:
+            print(f"{r['model']:18} {r['accelerator']:26} refused: {r['refused'][:90]}")
+            continue
         share = f"{r['npu_mac_share'] * 100:.1f}%" if r["npu_mac_share"] is not None else "-"
         print(f"{r['model']:18} {r['accelerator']:26} {share:>11} "
               f"{r['ops_npu']:>5}/{r['ops_cpu']:<5} {r['estimate_cycles']:>11,} "
