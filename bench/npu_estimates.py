@@ -117,8 +117,14 @@ def main() -> int:
         u65 = host_u65_profile(folder)
         for model in args.models:
             recipe = recipe_for(model, folder)
-            host = build(BuildOptions(recipe=recipe, target=str(u65),
-                                      out=folder / f"{model}-u65")).bundle
+            try:
+                host = build(BuildOptions(recipe=recipe, target=str(u65),
+                                          out=folder / f"{model}-u65")).bundle
+            except EdgekitError as exc:   # e.g. the reference model > 1 LSB from PyTorch
+                rows.append({"model": model, "accelerator": "any", "refused": exc.what,
+                             "measured_cpu_fallback_ms": None})
+                print(json.dumps(rows[-1]), file=sys.stderr)
+                continue
             inputs = [np.load(host.file(f)) for f in host.manifest.golden_inputs]
             cpu_ms = median_ms(host.module, inputs, args.rounds)
             for accelerator in ACCELERATORS:
@@ -139,7 +145,7 @@ def main() -> int:
           f"{'est. cycles':>11} {'est. inf/s':>10} {'est. ms':>8} {'CPU fallback ms':>15}")
     for r in rows:
         if "refused" in r:
-            print(f"{r['model']:18} {r['accelerator']:26} refused: {r['refused'][:90]}")
+            print(f"{r['model']:18} {r['accelerator']:26} refused: {r['refused']}")
             continue
         share = f"{r['npu_mac_share'] * 100:.1f}%" if r["npu_mac_share"] is not None else "-"
         print(f"{r['model']:18} {r['accelerator']:26} {share:>11} "

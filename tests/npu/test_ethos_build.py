@@ -40,6 +40,7 @@ def test_the_int8_cnn_is_proven_on_the_tosa_reference_model(small_cnn_imx93):
     assert any("strict TOSA 1.0 PRO-INT" in c for c in npu.checks)
     iree_check = next(c for c in npu.checks if c.startswith("IREE"))
     assert int(iree_check.split("worst ")[1].split(" LSB")[0]) <= 1
+    assert iree_check.endswith("(vs the reference model: 0 LSB)")   # two executors agree
 
 
 def test_vela_report_is_in_the_bundle_with_cycles(small_cnn_imx93):
@@ -135,3 +136,12 @@ def test_without_the_npu_toolchains_one_line_names_the_install(write_recipe, tmp
     with pytest.raises(ToolchainMissing):
         tosa.npu_versions("ethos-u")
     shutil.rmtree(tmp_path / "none", ignore_errors=True)
+
+
+def test_a_model_executorch_refuses_is_one_line_naming_the_op(write_recipe):
+    path = recipe(write_recipe, "erfinv", f"{FIXTURE}:conv_erfinv",
+                  f"{FIXTURE}:conv_erfinv_calibration")
+    done = edgekit("build", "--recipe", str(path), "--target", "imx93-npu")
+    assert done.returncode == 4, done.stderr[-1000:]
+    assert "erfinv" in done.stderr and "stage quantize+partition (npu)" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -50,6 +50,11 @@ def check_npu(recipe: Recipe, model: str, target: Target, repro: Path,
     from edgekit.pipeline.npu.ethos import quantize_for_npu
     from edgekit.toolchain.runner import keep_temps
     say = on_progress or (lambda _: None)
+    if target.npu.kind != "ethos-u":
+        from edgekit.errors import ConfigError
+        raise ConfigError(f"target {target.name}: `edgekit check` lists Ethos-U placements; "
+                          f"NPU kind '{target.npu.kind}' is checked by its own plugin",
+                          where=target.source, key="npu.kind")
     frontend = frontend_for(recipe.model)
     say("load and export")
     exported = frontend.export(recipe, frontend.load(recipe))

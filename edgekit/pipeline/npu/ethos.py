@@ -27,7 +27,8 @@ import numpy as np
 
 from edgekit.config.profiles import Target
 from edgekit.config.recipe import Recipe
-from edgekit.errors import ConfigError, LoweringError, ModelLoadError, ValidationFailed
+from edgekit.errors import (ConfigError, LoweringError, ModelLoadError, ToolError,
+                            ValidationFailed)
 from edgekit.models.bundle import NpuNote, NpuOp, QuantizationNote
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.npu import split
@@ -104,10 +105,19 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
                "samples": str(folder / "samples.npz"), "spec": spec_for(target),
                "out": str(folder), "capture": 1 + len(exported.more_samples)}
     (folder / "request.json").write_text(json.dumps(request))
-    run_tool(tosa.venv_script_argv("executorch", "et_tosa.py", folder / "request.json"),
-                    what="quantizing and partitioning for the NPU (ExecuTorch's Arm backend)",
-                    hint="EDGEKIT_KEEP_TEMPS=1 keeps its files; the executorch venv is "
-                         "`edgekit toolchains install npu`", timeout=3600)
+    try:
+        run_tool(tosa.venv_script_argv("executorch", "et_tosa.py", folder / "request.json"),
+                 what="quantizing and partitioning for the NPU (ExecuTorch's Arm backend)",
+                 hint="EDGEKIT_KEEP_TEMPS=1 keeps its files", timeout=3600)
+    except ToolError as exc:
+        said = re.findall(r"edgekit-npu-error: (.*)", exc.stderr_tail)
+        if exc.returncode != 3 or not said:
+            raise
+        raise LoweringError(f"ExecuTorch's Arm backend cannot take the model: {said[-1]}",
+                            stage="quantize+partition (npu)",
+                            hint="replace the op it names (ExecuTorch takes PyTorch's core "
+                                 "ATen ops); EDGEKIT_KEEP_TEMPS=1 keeps the exported program "
+                                 "and request for a reproducer") from None
     result = json.loads((folder / "result.json").read_text())
     outputs = _load_sets(folder / "golden.npz", "o", len(sets))
     quantized = _load_quantized(folder / "quantized.pt2")
@@ -180,7 +190,7 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
     out = workdir / "npu-out"
     out.mkdir(parents=True, exist_ok=True)
     files: list[str] = []
-    worst_ref, worst_iree, summaries = 0, 0, []
+    worst_ref, worst_iree, iree_vs_ref, summaries = 0, 0, 0, []
     vela_ops = {"NPU": 0, "CPU": 0}     # Vela's own count of the TOSA ops it placed
     for stem in graph.partitions:
         tosa_in = graph.folder / f"{stem}.tosa"
@@ -189,10 +199,12 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
         checked = out / f"{stem}.tosa"
         _strict_check(mlir, checked, stem)
         files.append(checked.name)
+        ref_outputs = out / f"{stem}.ref.npz"
         worst_ref = max(worst_ref, _reference_model(checked, graph.folder / f"{stem}.npz",
-                                                    out / f"{stem}.ref.json"))
-        worst_iree = max(worst_iree, _iree_on_host(checked, graph.folder / f"{stem}.npz", out,
-                                                   stem))
+                                                    out / f"{stem}.ref.json", ref_outputs))
+        vs_golden, vs_ref = _iree_on_host(checked, graph.folder / f"{stem}.npz", ref_outputs,
+                                          out, stem)
+        worst_iree, iree_vs_ref = max(worst_iree, vs_golden), max(iree_vs_ref, vs_ref)
         vela_dir = out / f"{stem}-vela"
         said = run_tool(tosa.vela_argv(checked, vela_dir, npu.accelerator, npu.system_config,
                                        npu.memory_mode),
@@ -210,7 +222,8 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
     if worst_ref > MAX_LSB:
         raise ValidationFailed(
             f"the TOSA reference model differs from the quantized PyTorch model by {worst_ref} "
-            f"LSB (at most {MAX_LSB} passes): refusing to build NPU code for {target.name}",
+            f"LSB (at most {MAX_LSB} passes; IREE on the same TOSA is {iree_vs_ref} LSB from "
+            f"the reference model): refusing to build NPU code for {target.name}",
             report=None, hint="EDGEKIT_KEEP_TEMPS=1 keeps the partitions and their golden "
                               "integer inputs/outputs for a reproducer")
     vela = graph.versions.get("tosa", {}).get("ethos-u-vela", "?")
@@ -227,7 +240,8 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
         validated_on="TOSA reference model", worst_lsb=worst_ref,
         checks=(f"strict TOSA 1.0 PRO-INT check (tosa-opt) on {len(graph.partitions)} "
                 "partition(s)",
-                f"IREE llvm-cpu on the same TOSA on the build host: worst {worst_iree} LSB",
+                f"IREE llvm-cpu on the same TOSA on the build host: worst {worst_iree} LSB "
+                f"(vs the reference model: {iree_vs_ref} LSB)",
                 f"Vela placed {vela_ops['NPU']} TOSA operator(s) on the NPU, "
                 f"{vela_ops['CPU']} on the CPU"))
     return NpuBuild(folder=out, files=tuple(files), note=note)
@@ -238,7 +252,6 @@ _TOSA_OP = re.compile(r"'(tosa\.\w+)' op")
 
 
 def _strict_check(mlir: Path, checked: Path, stem: str) -> None:
-    from edgekit.errors import ToolError
     try:
         run_tool(tosa.strict_check_argv(mlir, checked), what="strict PRO-INT check")
     except ToolError as exc:
@@ -252,14 +265,16 @@ def _strict_check(mlir: Path, checked: Path, stem: str) -> None:
                  "--target T` lists where each op runs") from None
 
 
-def _reference_model(checked: Path, arrays: Path, result: Path) -> int:
-    run_tool(tosa.venv_script_argv("tosa", "tosa_ref.py", checked, arrays, result),
+def _reference_model(checked: Path, arrays: Path, result: Path, outputs: Path) -> int:
+    run_tool(tosa.venv_script_argv("tosa", "tosa_ref.py", checked, arrays, result, outputs),
              what=f"the TOSA reference model on {checked.name}")
     return int(json.loads(result.read_text())["worst_lsb"])
 
 
-def _iree_on_host(checked: Path, arrays: Path, out: Path, stem: str) -> int:
-    """IREE llvm-cpu on the same TOSA (generic MLIR: facts.md), run on this host."""
+def _iree_on_host(checked: Path, arrays: Path, reference: Path, out: Path,
+                  stem: str) -> tuple[int, int]:
+    """IREE llvm-cpu on the same TOSA (generic MLIR: facts.md), run on this host: its worst
+    difference in LSBs from the golden outputs, and from the reference model's."""
     generic = out / f"{stem}.generic.mlir"
     run_tool(tosa.deserialize_argv(checked, generic, generic=True),
              what=f"reading {checked.name} (tosa-opt)")
@@ -274,9 +289,9 @@ def _iree_on_host(checked: Path, arrays: Path, out: Path, stem: str) -> int:
                             stage="IREE on TOSA", ops=exc.ops,
                             hint="the TOSA passed the strict check; this is an IREE gap") \
             from None
-    data = np.load(arrays)
+    data, ref = np.load(arrays), np.load(reference)
     samples = sorted({int(k[1:].split("_")[0]) for k in data.files if k.startswith("i")})
-    worst = 0
+    worst = vs_ref = 0
     for s in samples:
         ins = sorted((k for k in data.files if k.startswith(f"i{s}_")),
                      key=lambda k: int(k.split("_")[1]))
@@ -291,7 +306,8 @@ def _iree_on_host(checked: Path, arrays: Path, out: Path, stem: str) -> int:
         for k, path in zip(outs, out_paths):
             got = np.load(path).astype(np.int64)
             worst = max(worst, int(np.abs(got - data[k].astype(np.int64)).max()))
-    return worst
+            vs_ref = max(vs_ref, int(np.abs(got - ref[k].astype(np.int64)).max()))
+    return worst, vs_ref
 
 
 # --- into the bundle ---------------------------------------------------------------------------

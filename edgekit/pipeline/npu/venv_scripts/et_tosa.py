@@ -210,5 +210,14 @@ def _placeholders(edge, sample):
     return values
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception as exc:  # noqa: BLE001 — the host turns this line into its error
+        print(f"edgekit-npu-error: {_one_line(exc)}", file=sys.stderr)
+        sys.exit(3)

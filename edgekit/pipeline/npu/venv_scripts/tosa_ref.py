@@ -1,9 +1,10 @@
 """Runs INSIDE the tosa venv (never imported by edgekit): the TOSA reference model on one
 partition, against the quantized PyTorch model's outputs for it.
 
-argv: part.tosa part.npz result.json. part.npz holds i<s>_<j> (input j of sample s) and
-o<s>_<k> (the golden output k). Writes result.json: {"worst_lsb": int, "samples": n,
-"outputs": [[shape, dtype], …]}; exits 3 when the reference model rejects the graph.
+argv: part.tosa part.npz result.json outputs.npz. part.npz holds i<s>_<j> (input j of sample
+s) and o<s>_<k> (the golden output k). Writes result.json: {"worst_lsb": int, "samples": n,
+"outputs": [[shape, dtype], …]} and the reference model's outputs (o<s>_<k>) to outputs.npz;
+exits 3 when the reference model rejects the graph.
 Standalone on purpose: only numpy and tosa_reference_model.
 """
 
@@ -28,6 +29,7 @@ def _rows(npz, prefix: str) -> dict[int, list[np.ndarray]]:
 
 def main() -> int:
     graph, arrays, out = sys.argv[1], np.load(sys.argv[2]), Path(sys.argv[3])
+    produced = {}
     binary = Path(graph).read_bytes()
     inputs, golden = _rows(arrays, "i"), _rows(arrays, "o")
     worst, shapes = 0, []
@@ -36,12 +38,15 @@ def main() -> int:
         if "VALID" not in str(status):
             print(f"the TOSA reference model rejected the graph: {status}", file=sys.stderr)
             return 3
+        for k, got in enumerate(outputs):
+            produced[f"o{s}_{k}"] = got
         for got, want in zip(outputs, golden[s]):
             if got.shape != want.shape:
                 print(f"output shape {got.shape} is not the golden {want.shape}", file=sys.stderr)
                 return 3
             worst = max(worst, int(np.abs(got.astype(np.int64) - want.astype(np.int64)).max()))
         shapes = [[list(o.shape), str(o.dtype)] for o in outputs]
+    np.savez(sys.argv[4], **produced)
     out.write_text(json.dumps({"worst_lsb": worst, "samples": len(inputs), "outputs": shapes}))
     return 0
 
