@@ -16,7 +16,7 @@ ETHOS_TOOLCHAINS = ("executorch", "tosa")
 STRICT_PRO_INT = ('--tosa-attach-target=profiles=pro_int specification_version=1.0',
                   '--tosa-validate=strict-op-spec-alignment=true')
 VELA_CONFIG = "Arm/vela.ini"      # shipped inside Vela (config_files/)
-SCRIPTS = Path(__file__).resolve().parent.parent / "pipeline" / "npu" / "venv_scripts"
+SCRIPTS = Path(__file__).resolve().parent / "venv_scripts"   # run inside the venvs
 
 
 def npu_versions(kind: str) -> dict[str, dict[str, str]]:

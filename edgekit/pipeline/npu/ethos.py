@@ -3,9 +3,9 @@ by Vela.
 
 Two steps, each a stage of `edgekit build` for a target with `npu.kind: ethos-u`:
 - `quantize_for_npu` (replaces the recipe's quantizer): the exported fp32 program goes to the
-  executorch venv (venv_scripts/et_tosa.py: TOSAQuantizer with the recipe's calibration set,
-  TOSAPartitioner with "TOSA-1.0+INT"); back come the quantized program (the CPU module's
-  source: the same integer model), its outputs (the golden outputs), a TOSA flatbuffer per NPU
+  executorch venv (toolchain/venv_scripts/et_tosa.py: TOSAQuantizer with the recipe's
+  calibration set, TOSAPartitioner with "TOSA-1.0+INT"); back come the quantized program (the
+  CPU module's source: the same integer model), its outputs (the golden outputs), a TOSA flatbuffer per NPU
   partition with that partition's integer inputs/outputs, and every op's placement.
 - `compile_for_npu`: per partition, the strict PRO-INT check before serializing (tosa-opt),
   the TOSA reference model against the quantized PyTorch model (worst difference in LSBs; more
@@ -27,8 +27,7 @@ import numpy as np
 
 from edgekit.config.profiles import Target
 from edgekit.config.recipe import Recipe
-from edgekit.errors import (ConfigError, LoweringError, ModelLoadError, ToolError,
-                            ValidationFailed)
+from edgekit.errors import ConfigError, LoweringError, ToolError, ValidationFailed
 from edgekit.models.bundle import NpuNote, NpuOp, QuantizationNote
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.npu import split
@@ -76,17 +75,11 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
     golden outputs are the quantized PyTorch model's. `calibration` given (`edgekit check`:
     where ops run does not depend on it): the recipe's quantize settings are not asked for
     and its accuracy floor is not applied."""
-    import torch
-
-    from edgekit.pipeline.frontends.torch import program_digest
+    from edgekit.pipeline.quantize import tosa_int
     from edgekit.pipeline.quantize.accuracy import accuracy_report, check_floor
     from edgekit.pipeline.quantize.samples import calibration_samples, held_out_samples
     where = f"{recipe.path} (quantize)"
-    if exported.frontend.kind != "pytorch":
-        raise ConfigError(f"target {target.name}: NPU builds start from a PyTorch model, not "
-                          f"{exported.frontend.kind}", where=str(recipe.path), key="model",
-                          hint="export the model with torch.export (.pt2) or give a python "
-                               "factory")
+    tosa_int.require_pytorch(exported, recipe, target.name)
     checking = calibration is not None
     if not checking and (recipe.quantize is None or recipe.quantize.mode != "int8"):
         raise ConfigError(f"target {target.name} runs integer TOSA: the recipe must quantize "
@@ -98,7 +91,7 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
     calibration = calibration if checking else calibration_samples(recipe, exported.inputs)
     held_out, source = held_out_samples(recipe, exported.inputs)
     sets = [exported.samples, *exported.more_samples, *held_out]
-    torch.export.save(exported.program, str(folder / "float.pt2"))
+    tosa_int.save_float(exported, folder / "float.pt2")
     _save_sets(folder / "calibration.npz", "c", calibration)
     _save_sets(folder / "samples.npz", "s", sets)
     request = {"program": str(folder / "float.pt2"), "calibration": str(folder / "calibration.npz"),
@@ -120,17 +113,11 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
                                  "and request for a reproducer") from None
     result = json.loads((folder / "result.json").read_text())
     outputs = _load_sets(folder / "golden.npz", "o", len(sets))
-    quantized = _load_quantized(folder / "quantized.pt2")
+    quantized, digest = tosa_int.load_quantized(folder / "quantized.pt2")
     names = [o.name for o in exported.outputs]
-    fp32 = exported.program.module()
-
-    def run_fp32(sample):
-        from edgekit.pipeline.frontends.torch import eager_outputs
-        return eager_outputs(fp32, sample)
-
     by_id = {id(s): o for s, o in zip(held_out, outputs[len(sets) - len(held_out):])}
-    report = accuracy_report(run_fp32, lambda s: by_id[id(s)], held_out, source, names,
-                             recipe.validation)
+    report = accuracy_report(tosa_int.fp32_runner(exported), lambda s: by_id[id(s)], held_out,
+                             source, names, recipe.validation)
     if not checking:
         floor = recipe.quantize.npu_min_cosine if recipe.quantize.npu_min_cosine is not None \
             else recipe.quantize.min_cosine
@@ -148,10 +135,9 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
         golden="outputs of the quantized PyTorch model (ExecuTorch TOSAQuantizer)")
     more = len(exported.more_samples)
     quantized_model = dataclasses.replace(
-        exported, program=quantized, digest=program_digest(quantized), golden=outputs[0],
+        exported, program=quantized, digest=digest, golden=outputs[0],
         more_golden=tuple(outputs[1:1 + more]), quantization=note,
-        reference=f"quantized PyTorch {torch.__version__} "
-                  f"(ExecuTorch {versions['executorch']['executorch']} TOSAQuantizer)")
+        reference=tosa_int.reference_name(versions["executorch"]["executorch"]))
     graph = NpuGraph(folder=folder, ops=ops,
                      partitions=tuple(Path(p["file"]).stem for p in result["partitions"]),
                      versions=versions)
@@ -170,17 +156,6 @@ def _load_sets(path: Path, prefix: str, count: int) -> list[tuple[np.ndarray, ..
         i, j = key[len(prefix):].split("_")
         rows.setdefault(int(i), {})[int(j)] = data[key]
     return [tuple(rows[i][j] for j in sorted(rows[i])) for i in range(count)]
-
-
-def _load_quantized(path: Path):
-    import torch
-    # the quantize/dequantize ops are torchao's: registered before the program is read
-    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
-    try:
-        return torch.export.load(str(path))
-    except Exception as exc:  # torch raises many kinds for an archive it cannot read
-        raise ModelLoadError(f"reading the NPU quantizer's program failed: {exc}",
-                             where="stage quantize (npu)") from None
 
 
 # --- check, prove and compile each partition (tosa venv) ---------------------------------------

@@ -11,7 +11,7 @@ from edgekit.models.bundle import NpuEstimate, NpuOp
 
 
 def placed_ops(rows: list[dict]) -> tuple[NpuOp, ...]:
-    """The partitioner's per-node rows (venv_scripts/et_tosa.py's result.json) as NpuOps:
+    """The partitioner's per-node rows (toolchain/venv_scripts/et_tosa.py's result.json) as NpuOps:
     compute ops wherever they run, plus data movement and (de)quantization left on the CPU
     (the NPU partitions' own bookkeeping is not listed: it is part of the NPU graph)."""
     ops = []
