@@ -5,8 +5,9 @@ Two steps, each a stage of `edgekit build` for a target with `npu.kind: ethos-u`
 - `quantize_for_npu` (replaces the recipe's quantizer): the exported fp32 program goes to the
   executorch venv (toolchain/venv_scripts/et_tosa.py: TOSAQuantizer with the recipe's
   calibration set, TOSAPartitioner with "TOSA-1.0+INT"); back come the quantized program (the
-  CPU module's source: the same integer model), its outputs (the golden outputs), a TOSA flatbuffer per NPU
-  partition with that partition's integer inputs/outputs, and every op's placement.
+  CPU module's source: the same integer model), its outputs (the golden outputs), a TOSA
+  flatbuffer per NPU partition with that partition's integer inputs/outputs, and every op's
+  placement.
 - `compile_for_npu`: per partition, the strict PRO-INT check before serializing (tosa-opt),
   the TOSA reference model against the quantized PyTorch model (worst difference in LSBs; more
   than 1 is refused), IREE on the same TOSA on this host (a second, independent executor), and
