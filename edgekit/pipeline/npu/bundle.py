@@ -50,8 +50,7 @@ def npu_only(exported: ExportedModel, identity: BundleIdentity, target: Target,
         golden_inputs=tuple(inputs), golden_outputs=tuple(outputs),
         tolerances=identity.tolerances,
         lowering=LoweringRecord(requested="tosa", used="tosa", attempts=(),
-                                note="integer TOSA 1.0 from ExecuTorch's Arm backend; no CPU "
-                                     "module (backend none)"),
+                                note="integer TOSA 1.0 from ExecuTorch's Arm backend"),
         quantization=exported.quantization, build_key=identity.build_key,
         toolchain=_toolchain(build), golden_reference=exported.reference,
         more_golden=tuple(more), npu=build.note, model_notes=exported.notes, files=files)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 import re
 import shutil
 from dataclasses import dataclass
@@ -210,8 +211,7 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
         kind=npu.kind, accelerator=npu.accelerator,
         artifact=f"{NPU_DIR}/{artifact}" if artifact else "",
         report=f"{NPU_DIR}/{report}" if report else "",
-        compiler={name: version for chain in graph.versions.values()
-                  for name, version in chain.items()},
+        compiler=_compiler_versions(graph.versions),
         ops=graph.ops, npu_mac_share=split.mac_share(graph.ops), estimate=estimate,
         validated_on="TOSA reference model", worst_lsb=worst_ref,
         checks=(f"strict TOSA 1.0 PRO-INT check (tosa-opt) on {len(graph.partitions)} "
@@ -221,6 +221,14 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
                 f"Vela placed {vela_ops['NPU']} TOSA operator(s) on the NPU, "
                 f"{vela_ops['CPU']} on the CPU"))
     return NpuBuild(folder=out, files=tuple(files), note=note)
+
+
+def _compiler_versions(versions: dict[str, dict[str, str]]) -> dict[str, str]:
+    """One flat table of the venvs' packages; a package in two venvs (tosa-tools: the
+    serializer in executorch's, the checker in tosa's) is named with its venv."""
+    seen = Counter(name for chain in versions.values() for name in chain)
+    return {name if seen[name] == 1 else f"{name} ({venv} venv)": version
+            for venv, chain in versions.items() for name, version in chain.items()}
 
 
 _VELA_OPS = re.compile(r"^(CPU|NPU) operators = (\d+)", re.MULTILINE)
