@@ -7,8 +7,10 @@ import json
 import shutil
 
 import pytest
+import yaml
 
-from edgekit import BuildOptions, build
+from edgekit import BuildOptions, build, validate_local
+from edgekit.config.profiles import load_target
 from edgekit.errors import CannotRunHere, LoweringError, ToolchainMissing
 from edgekit.pipeline.npu import ethos
 from edgekit.toolchain import tosa
@@ -81,10 +83,18 @@ def test_the_partition_passes_the_strict_check_and_float_tosa_does_not(small_cnn
     assert "tosa.maximum" in err.value.ops
 
 
-def test_a_float_only_op_splits_the_model(write_recipe):
+def test_a_float_only_op_splits_the_model_and_its_cpu_module_validates(write_recipe,
+                                                                       tmp_path):
     path = recipe(write_recipe, "atan2", f"{FIXTURE}:conv_atan2_conv",
                   f"{FIXTURE}:conv_atan2_conv_calibration")
-    bundle = build(BuildOptions(recipe=path, target="imx93-npu")).bundle
+    # imx93-npu's NPU on this machine's CPU: the CPU fallback module can run here
+    npu_spec = load_target("imx93-npu").npu.model_dump(mode="json", exclude_none=True)
+    profile = tmp_path / "host-u65.yaml"
+    profile.write_text(yaml.safe_dump({"description": "host + Ethos-U65", "extends": "host",
+                                       "npu": npu_spec}))
+    bundle = build(BuildOptions(recipe=path, target=str(profile))).bundle
+    report = validate_local(bundle.path)     # the same integer model, on the host's CPU
+    assert report.ok
     npu = bundle.manifest.npu
     placed = {o.op: o for o in npu.ops}
     assert placed["atan2"].placement == "cpu" and "TOSA-1.0+INT" in placed["atan2"].reason
