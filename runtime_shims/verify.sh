@@ -3,8 +3,7 @@
 # whole, signed release? Exit 0 only if
 #  1. it holds plain files with a release's names only (manifest.json, manifest.json.sig,
 #     SHA256SUMS, run.env, module.vmfb, golden/<name>.npy, variants/<name>.vmfb,
-#     npu/<name>: an NPU compiler's artifact and report): no symlink,
-#     no other path;
+#     npu/<name>.tosa|tflite|csv|rknn|json): no symlink, no other path;
 #  2. manifest.json's signature verifies (ssh-keygen -Y verify, namespace edgekit-bundle)
 #     against /etc/edgekit/allowed_signers if present, else ~/.edgekit/allowed_signers
 #     (skipped with --allow-unsigned: the user's explicit opt-out);
@@ -51,7 +50,7 @@ kind_of() {  # the kind a release's entry must be (f: file, d: directory), or fa
         .*|*[!A-Za-z0-9._-]*|*..*) echo x ;;
         *) echo f ;;
       esac ;;
-    npu/?*)
+    npu/*.tosa|npu/*.tflite|npu/*.csv|npu/*.rknn|npu/*.json)
       case ${1#npu/} in
         .*|*[!A-Za-z0-9._-]*|*..*) echo x ;;
         *) echo f ;;
@@ -99,7 +98,7 @@ if [ -z "$allow_unsigned" ]; then
   # the signed manifest's files and their sha256s are exactly SHA256SUMS's payload lines
   signed=$(grep -o '"[^"]*" *: *"[0-9a-f]\{64\}"' manifest.json \
            | sed 's/^"\([^"]*\)" *: *"\([0-9a-f]*\)"$/\2  \1/' \
-           | grep -E '^[0-9a-f]{64}  (module\.vmfb|golden/[A-Za-z0-9._-]+\.npy|variants/[A-Za-z0-9._-]+\.vmfb|npu/[A-Za-z0-9._-]+)$' \
+           | grep -E '^[0-9a-f]{64}  (module\.vmfb|golden/[A-Za-z0-9._-]+\.npy|variants/[A-Za-z0-9._-]+\.vmfb|npu/[A-Za-z0-9._-]+\.(tosa|tflite|csv|rknn|json))$' \
            | sort) || true
   summed=$(grep -vE '  (manifest\.json|manifest\.json\.sig|run\.env)$' SHA256SUMS | sort) \
     || true

@@ -23,7 +23,7 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
 # a ratchet of cases that passed).
 TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
          "device": "device", "lab": "device", "faults": "faults", "corpus": "corpus",
-         "onnx_suite": "onnx_suite"}
+         "onnx_suite": "onnx_suite", "npu": "npu"}
 
 
 def pytest_collection_modifyitems(config, items):

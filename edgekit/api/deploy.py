@@ -13,7 +13,7 @@ from edgekit.config.devices import resolve_device
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.config.timeouts import Timeouts, resolve_timeouts
-from edgekit.device.deploy import DeployResult, deploy_bundle, preflight_target
+from edgekit.device.deploy import DeployResult, deploy_bundle, preflight_target, refuse_npu_only
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import load_bundle
 from edgekit.pipeline.publish import private_copy
@@ -45,6 +45,11 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if options.recipe is not None and not options.target:
         raise ConfigError("--recipe needs --target (the profile to build for)", key="target",
                           hint="edgekit targets list")
+    if options.target:
+        refuse_npu_only(options.target, load_target(options.target).backend)
+    elif options.bundle is not None and Path(options.bundle).is_dir():
+        manifest = load_bundle(options.bundle).manifest   # the manifest only: cheap
+        refuse_npu_only(manifest.target, manifest.backend)
     if local_root(options.host) is None:
         resolve_device(options.host, options.identity)   # a bad name or key fails before a build
     timeouts = deploy_timeouts(options)

@@ -288,8 +288,15 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
     if as_json:
         from dataclasses import asdict
         render.emit_json({**asdict(report), "buildable": report.buildable})
+    elif hasattr(report, "accelerator"):       # an NPU target's placement table
+        render.npu_check_table(report)
     else:
         render.check_table(report)
+    if not report.buildable and hasattr(report, "accelerator"):
+        bad = sorted({r.op for r in report.ops if r.placement == "unsupported"})
+        raise NotBuildable(f"{', '.join(bad)}: neither the NPU nor the CPU fallback of "
+                           f"{target} runs {'it' if len(bad) == 1 else 'them'}",
+                           hint="replace the op, or pick a target with a CPU (see the reasons)")
     if not report.buildable:
         raise NotBuildable(f"no lowering builds {model} for {target}",
                            hint="see each operator's first failure and its reproducer")

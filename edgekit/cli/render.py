@@ -92,8 +92,10 @@ def build_summary(result: BuildResult) -> None:
     note = " (fallback)" if fell_back else ""
     if m.lowering.note:
         note += f" — {m.lowering.note}"
+    module = (f"module {result.bundle.module.stat().st_size:,} bytes"
+              if result.bundle.module.is_file() else "no CPU module (backend none)")
     out.print(f"  lowering: {m.lowering.used}{note} ({requested_lowering(m)}); "
-              f"iree {m.compiler_version}; module {result.bundle.module.stat().st_size:,} bytes")
+              f"iree {m.compiler_version}; {module}")
     if m.golden_reference:
         out.print(f"  golden outputs: {m.golden_reference}")
     for note in m.model_notes:
@@ -111,6 +113,28 @@ def build_summary(result: BuildResult) -> None:
         out.print(f"  stages: {stages}")
     if result.tar:
         out.print(f"  archive: {result.tar}")
+
+
+def npu_summary(note) -> None:
+    """The split, the reference-model check and the NPU compiler's estimate (never a
+    measurement: labelled so)."""
+    if note.kind == "rknpu":
+        _rknn_summary(note)
+        return
+    from edgekit.pipeline.npu import split
+    out.print(f"  npu ({note.accelerator}): {split.split_line(note.ops, note.npu_mac_share)}")
+    if split.cpu_summary(note.ops):
+        out.print(f"    CPU fallback: {escape(split.cpu_summary(note.ops))}")
+    if note.worst_lsb is not None:
+        out.print(f"  validated on the {note.validated_on} (not on an NPU): worst "
+                  f"{note.worst_lsb} LSB vs the quantized PyTorch model (≤ 1 passes)")
+    for check in note.checks:
+        out.print(f"    {check}")
+    if note.estimate:
+        out.print(f"  [cyan]{split.estimate_line(note.estimate)}[/]")
+    if note.artifact:
+        out.print(f"  npu artifact: {note.artifact}" +
+                  (f", report {note.report}" if note.report else ""))
 
 
 def requested_lowering(m) -> str:
@@ -147,7 +171,7 @@ def quantization_summary(q) -> None:
         out.print(f"    {o.name}: {cos}, max abs error {o.max_abs_error:.3g}{top1}")
 
 
-def npu_summary(n) -> None:
+def _rknn_summary(n) -> None:
     """The NPU part: what runs where, the compiler's estimate (never a measurement) and what
     validated its numbers (a simulator or reference model, never the NPU)."""
     on_npu = sum(op.placement == "npu" for op in n.ops)
@@ -451,6 +475,34 @@ def check_table(report) -> None:
     failing = [s for s in report.ops if s.reproducer]
     if failing:
         out.print("reproducers: " + ", ".join(f"{s.op} → {s.reproducer}" for s in failing))
+
+
+def npu_check_table(report) -> None:
+    """Per op of the quantized model: NPU, CPU fallback or unsupported, with the reason (at
+    terminal width the reasons follow the table; --wide: a column)."""
+    label = {"npu": "[green]NPU[/]", "cpu": "[yellow]CPU fallback[/]",
+             "unsupported": "[red]unsupported[/]"}
+    columns = [("op", "short"), ("count", "num"), ("runs on", "key"), ("MACs", "num")]
+    if wide:
+        columns.append(("reason", "text"))
+    table = fitted_table(f"{report.model} for {report.target} ({report.accelerator})", columns)
+    for r in report.ops:
+        row = [escape(r.op), str(r.count), label[r.placement], f"{r.macs:,}" if r.macs else "-"]
+        if wide:
+            row.append(escape(r.reason))
+        table.add_row(*row)
+    out.print(table)
+    if not wide:
+        for r in report.ops:
+            if r.reason and r.placement != "npu":
+                out.print(f"{r.op}: {r.reason}", markup=False, highlight=False)
+    share = (f"{report.npu_mac_share * 100:.1f}% of MACs on the NPU"
+             if report.npu_mac_share is not None else "no MACs")
+    out.print(f"{report.partitions} NPU partition(s); {share}")
+    if report.cpu_check:
+        out.print(f"CPU fallback module: {report.cpu_check}", markup=False, highlight=False)
+    out.print("[green]buildable[/]" if report.buildable else "[red]not buildable[/]: an op runs "
+              "neither on the NPU nor in the CPU fallback")
 
 
 FLEET_COLOURS = {"updated": "green", "unchanged": "green", "failed": "red",

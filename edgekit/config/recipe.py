@@ -173,6 +173,11 @@ class Quantize(Frozen):
     min_cosine: float | None = pydantic.Field(
         default=None, ge=-1, le=1,
         description="fail the build when any held-out sample's output cosine vs fp32 is lower")
+    npu_min_cosine: float | None = pydantic.Field(
+        default=None, ge=-1, le=1,
+        description="the floor for NPU targets instead of min_cosine: their quantizer makes "
+                    "every op it can integer (softmax, layer norm through lookup tables), "
+                    "which costs accuracy the CPU int8 path does not pay")
     float_model: str | None = pydantic.Field(
         default=None, description="ONNX QDQ models: the fp32 .onnx the model was quantized from "
                                   "(the accuracy report's reference)")

@@ -36,7 +36,7 @@ from edgekit.device.releases import (activate, clean_leftovers, current_release,
                                      journal_event, protected_releases, prune_releases,
                                      scratch_token, verify_release)
 from edgekit.device.trust import check_signature, install_signers
-from edgekit.errors import (DeviceIncompatible, EdgekitError, HealthGateFailed,
+from edgekit.errors import (CannotRunHere, DeviceIncompatible, EdgekitError, HealthGateFailed,
                             RemoteCommandFailed, ValidationFailed)
 from edgekit.models.bundle import (Bundle, MANIFEST, MODULE, NPU, SIGNATURE, VARIANTS,
                                    sha256_file)
@@ -136,6 +136,17 @@ HOOK_GRACE_S = 30.0   # the host waits this much past a hook's timeout_s (the sh
 Gate = Callable[[Transport, DeviceInfo, str], dict]
 
 
+def refuse_npu_only(target: str, backend: str) -> None:
+    """A `backend: none` target (a microcontroller NPU) has nothing to run over SSH: its bundle
+    holds the NPU compiler's artifact and estimates only."""
+    if backend == "none":
+        raise CannotRunHere(
+            f"{target} bundles hold an NPU artifact and its estimates only (backend none): "
+            "nothing runs over SSH", where=f"target {target}",
+            hint="link npu/*.tflite into the microcontroller's firmware (Ethos-U driver), or "
+                 "build for a Linux NPU board (e.g. imx93-npu)")
+
+
 def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                   on_stage: Callable[[str], None] | None = None, *, gate: Gate | None = None,
                   hooks: Hooks | None = None, hooks_when_current: bool = False,
@@ -156,6 +167,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
         if on_stage:
             on_stage(name)
 
+    refuse_npu_only(bundle.manifest.target, bundle.manifest.backend)
     bundle.verify()
     signer = check_signature(bundle, allow_unsigned)
     m = bundle.manifest

@@ -38,7 +38,8 @@ SCHEMA_VERSION = 1
 # The only payload names a manifest may list (the device's verify.sh holds the same set).
 _PAYLOAD = re.compile(r"module\.vmfb|golden/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.npy|"
                       r"variants/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.vmfb|"
-                      r"npu/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+                      # an NPU compiler's output and report (NPU targets)
+                      r"npu/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.(?:tosa|tflite|csv|rknn|json)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -46,7 +47,8 @@ def check_payload_name(name: str) -> str:
     """`name` if a bundle may hold it (module.vmfb, golden/<plain name>.npy); else ValueError."""
     if not _PAYLOAD.fullmatch(name) or ".." in name:
         raise ValueError(f"file {name!r} is not one a bundle may hold (expected one of: "
-                         f"{MODULE}, {GOLDEN}/<letters, digits, . _ ->.npy)")
+                         f"{MODULE}, {GOLDEN}/<letters, digits, . _ ->.npy, "
+                         f"{VARIANTS}/<name>.vmfb, npu/<name>.tosa|tflite|csv|rknn|json)")
     return name
 
 

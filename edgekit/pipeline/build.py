@@ -118,9 +118,19 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     try:
         with source_key.recording_reads() as read:
             first_export = run_plan(FRONT[:2], recipe, recipe, timings, on_stage)
-            exported = run_plan(FRONT[2:], recipe, first_export, timings, on_stage)
+            npu_graph = None
+            if target.npu is not None and target.npu.kind == "ethos-u":
+                # the NPU's quantizer replaces the recipe's (rknpu: a BACK stage, rknn.py)
+                from edgekit.pipeline.npu import steps as npu_steps
+                exported, npu_graph = npu_steps.front(recipe, first_export, target, workdir,
+                                                      timings, on_stage)
+                exported = run_plan(FRONT[3:], recipe, exported, timings, on_stage)
+            else:
+                exported = run_plan(FRONT[2:], recipe, first_export, timings, on_stage)
             steering = options.steer(exported.digest, target) if options.steer else \
                 Steering(read_from=())
+        # the build's own scratch files (an NPU venv's outputs) are no source of the model
+        read.difference_update({f for f in read if Path(f).is_relative_to(workdir.resolve())})
         front_recipe, variant, tuning = recipe, options.variant, None
         if variant is None and options.use_tuned and recipe.lowering == "auto" and \
                 steering.tuning is not None:
@@ -132,7 +142,8 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         origin = recipe_origin(recipe)
         if npu_versions:
             origin["npu"] = npu_versions
-        key = build_key(origin, target, exported, first)
+        key = build_key(origin, target, exported, first,
+                        npu=npu_steps.key_part(target) if npu_graph is not None else None)
         ctx = BackContext(target, recipe.lowering, recipe.compile.flags,
                           functools.partial(BundleIdentity.of, recipe, build_key=key), workdir,
                           workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
@@ -141,7 +152,13 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
         slot = cache_slot(cache, key)
         entry = cache.lookup(slot) if options.use_cache else None
         cached = entry is not None
-        if entry is None:
+        if entry is None and npu_graph is not None:
+            bundle = npu_steps.back(
+                exported, npu_graph, target, workdir,
+                lambda: run_plan(BACK, ctx, exported, timings, on_stage),
+                lambda made: _npu_only(ctx, exported, made), timings, on_stage)
+            entry = cache.store(slot, bundle.path, replace=not options.use_cache)
+        elif entry is None:
             bundle = run_plan(BACK, ctx, exported, timings, on_stage)
             entry = cache.store(slot, bundle.path, replace=not options.use_cache)
         if skey is not None and steering.read_from is not None:
@@ -174,6 +191,12 @@ def _npu_stage(target: Target, recipe: Recipe, float_model: ExportedModel):
         return None
     return lambda compiled, workdir: rknn.with_npu(compiled, rknn.build_rknn(
         rknn.job_for(recipe, float_model), compiled.exported, target, workdir))
+
+
+def _npu_only(ctx: BackContext, exported: ExportedModel, made) -> Bundle:
+    from edgekit.pipeline.npu.bundle import npu_only
+    return npu_only(exported, ctx.identity(exported.quantization), ctx.target, ctx.bundle_dir,
+                    made)
 
 
 def _remember_sources(skey: str, key: str, tuning, recipe: Recipe, digest: str, read: set[str],
@@ -210,11 +233,13 @@ def recipe_origin(recipe: Recipe) -> dict:
 
 
 def build_key(origin: dict, target: Target, exported: ExportedModel,
-              first_lowering: tuple[str, str] | None = None) -> str:
+              first_lowering: tuple[str, str] | None = None, npu: dict | None = None) -> str:
     """Everything that decides the bundle's bytes (not its creation time), for `edgekit build`
     and torch.compile graphs alike. `origin`: what the BACK stages are told besides the model
     and target (lowering, flags) and what names the bundle and sets its golden data."""
+    npu_part = {"npu": npu} if npu is not None else {}   # NPU toolchains (NPU targets only)
     return cache_key({
+        **npu_part,
         "first_lowering": list(first_lowering) if first_lowering else None,
         "model": exported.digest,
         "origin": origin,

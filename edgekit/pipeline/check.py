@@ -243,6 +243,9 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None,
         recipe = Recipe.model_validate({"name": "check", "model": {source: model}})
     if trust_pickle:
         recipe = recipe.trusting_pickle()
+    if target.npu is not None:    # per op: NPU, CPU fallback or unsupported (npu/check.py)
+        from edgekit.pipeline.npu.check import check_npu
+        return check_npu(recipe, model, target, repro, on_progress)
     frontend = frontend_for(recipe.model)
     graph, digest = frontend.graph_to_check(recipe)
     return remember(check_graph(frontend, graph, model, target, repro, on_progress), digest,

@@ -57,13 +57,11 @@ def _storable(array: np.ndarray) -> np.ndarray:
     return array.view(f"V{array.dtype.itemsize}")
 
 
-def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: Target,
-                   directory: Path) -> Bundle:
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(compiled.vmfb, directory / MODULE)
-    golden = directory / "golden"
-    golden.mkdir(exist_ok=True)
-    exported = compiled.exported
+def write_golden(directory: Path, exported) -> tuple[list[str], list[str], list[GoldenSet],
+                                                  list[str]]:
+    """The golden inputs and outputs under golden/: (inputs, outputs, further sets, every
+    file written)."""
+    (directory / "golden").mkdir(parents=True, exist_ok=True)
     inputs = [f"golden/input_{i}.npy" for i in range(len(exported.samples))]
     outputs = [f"golden/output_{i}.npy" for i in range(len(exported.golden))]
     more = [GoldenSet(inputs=tuple(f"golden/s{k}_input_{i}.npy" for i in range(len(s))),
@@ -74,6 +72,15 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         written += zip((*names.inputs, *names.outputs), (*s, *g))
     for rel, array in written:
         np.save(directory / rel, _storable(array), allow_pickle=False)
+    return inputs, outputs, more, [rel for rel, _ in written]
+
+
+def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: Target,
+                   directory: Path) -> Bundle:
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(compiled.vmfb, directory / MODULE)
+    exported = compiled.exported
+    inputs, outputs, more, written = write_golden(directory, exported)
     variants = []
     if compiled.variants:
         (directory / VARIANTS).mkdir(exist_ok=True)
@@ -89,8 +96,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
             shutil.copyfile(made, directory / rel)
             npu_files.append(rel)
     files = {rel: sha256_file(directory / rel)
-             for rel in [MODULE, *(v.file for v in variants), *(r for r, _ in written),
-                         *npu_files]}
+             for rel in [MODULE, *(v.file for v in variants), *written, *npu_files]}
     manifest = Manifest(
         app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

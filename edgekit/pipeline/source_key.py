@@ -218,6 +218,7 @@ def source_key(options: BuildOptions, recipe: Recipe, target: Target) -> str | N
         "steer": steer,
         "target": target.fingerprint(),
         "toolchain": toolchain_versions(),
+        **_npu_toolchains(target),
         "python": sys.version,
         "edgekit": _own_code(),
         "sources": sources,
@@ -232,6 +233,14 @@ def _npu_toolchain(target: Target) -> dict[str, str] | None:
     if name is None or not venvs.toolchain(name).installed():
         return None
     return venvs.versions(name)
+
+
+def _npu_toolchains(target: Target) -> dict:
+    """An NPU target's venvs' versions (torch-free: their markers), NPU targets only."""
+    if target.npu is None:
+        return {}
+    from edgekit.toolchain.tosa import npu_versions
+    return {"npu_toolchains": npu_versions(target.npu.kind)}
 
 
 # --- what the build read -----------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Toolchains whose pins conflict with edgekit's own (NPU compilers) live in their own venvs.
 
 `edgekit toolchains install npu|rknn` (and `.ci/setup.sh`) creates them under
-`<cache>/toolchains/<name>`; edgekit runs programs in them by subprocess, with files (npz/JSON)
-as the protocol, never by importing them: tosa-tools pins numpy < 2.2, rknn-toolkit2 torch <= 2.4.
-A venv counts as installed once its marker (`edgekit-toolchain.json`, written last, with the
-installed versions) is there; the versions go into manifests and build cache keys.
+`<cache>/toolchains/<name>` (or $EDGEKIT_TOOLCHAINS_DIR/<name>); edgekit runs programs in them
+by subprocess, with files (npz/JSON) as the protocol, never by importing them: tosa-tools pins
+numpy < 2.2, rknn-toolkit2 torch <= 2.4. A venv counts as installed once its marker
+(`edgekit-toolchain.json`, written last, with the installed versions) is there and records
+every current pin; the versions go into manifests and build cache keys.
 """
 
 from __future__ import annotations
@@ -48,14 +49,24 @@ class Toolchain:
         return self.directory() / "bin" / "python"
 
     def installed(self) -> bool:
-        return (self.directory() / MARKER).is_file()
+        """Its marker is there and records every pinned package at its pin (a venv made for
+        older pins counts as not installed: `install` makes it again)."""
+        try:
+            found = json.loads((self.directory() / MARKER).read_text())["versions"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return all(found.get(name) == version for name, version in
+                   (p.split("==") for p in self.packages + self.no_deps))
 
 
 TOOLCHAINS: dict[str, Toolchain] = {t.name: t for t in (
     # ExecuTorch's Arm backend: TOSAQuantizer + TOSAPartitioner give integer-only TOSA 1.0
     # (PRO-INT). It needs no torch of its own: this Python's torch 2.13 through site-packages.
+    # Its TOSA backend serializes with tosa-tools' tosa_serializer, at the pin of executorch's
+    # own `ethos-u` extra (that extra would also pull Vela 5.1.0; the tosa venv has 5.2.0)
     Toolchain("executorch", "integer TOSA for NPUs (ExecuTorch's Arm backend)",
-              packages=("executorch==1.5.1",), system_site_packages=True),
+              packages=("executorch==1.5.1", "tosa-tools==2026.5.0"),
+              system_site_packages=True),
     # tosa-opt (strict PRO-INT check, serialization), the TOSA reference model, and Vela
     Toolchain("tosa", "TOSA checks, the TOSA reference model and Vela (Ethos-U)",
               packages=("tosa-tools==2026.8.0", "ethos-u-vela==5.2.0")),

@@ -20,6 +20,8 @@ from edgekit.validate.samples import worst_per_output
 def host_cannot_run(bundle: Bundle) -> str | None:
     """Why this machine cannot execute the bundle, or None when it can (or may)."""
     m = bundle.manifest
+    if m.backend == "none":
+        return f"the bundle for {m.target} has no module (an NPU artifact and estimates only)"
     if m.backend == "llvm-cpu" and m.arch != host_arch():
         return (f"the bundle is compiled for {m.arch} ({m.target}) and this machine is "
                 f"{host_arch()}")
@@ -31,9 +33,12 @@ def validate_local(path: str | Path) -> ValidationReport:
     bundle.verify()
     reason = host_cannot_run(bundle)
     if reason:
+        npu_only = bundle.manifest.backend == "none"
         raise CannotRunHere(reason, where=str(bundle.path),
-                            hint="deploy it to a device of that kind (`edgekit deploy`) or build "
-                                 "for `--target host`")
+                            hint="its numbers were proven at build time on the TOSA reference "
+                                 "model (manifest `npu`)" if npu_only else
+                            "deploy it to a device of that kind (`edgekit deploy`) or build "
+                            "for `--target host`")
     m = bundle.manifest
     reports = []
     for inputs, golden in [(m.golden_inputs, m.golden_outputs),
