@@ -39,9 +39,10 @@ def toolchains_list(as_json: bool) -> None:
     if as_json:
         render.emit_json(rows)
         return
-    table = render.fitted_table("", [("name", "key"), ("state", "key"), ("purpose", "text")])
-    for row in rows:
-        state = ("installed " + " ".join(f"{k} {v}" for k, v in row["versions"].items())
+    table = render.fitted_table("", [("name", "key"), ("state", "short"), ("purpose", "text")])
+    for row, chain in zip(rows, TOOLCHAINS.values()):
+        state = ("installed: " + ", ".join(f"{name} {row['versions'].get(name, '?')}"
+                                           for name in chain.main_packages())
                  if row["installed"] else f"missing: {install_command(row['name'])}")
-        table.add_row(row["name"], state, row["purpose"])
+        table.add_row(row["name"], escape(state), escape(row["purpose"]))
     render.out.print(table)

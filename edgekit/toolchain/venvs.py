@@ -45,6 +45,10 @@ class Toolchain:
     def directory(self) -> Path:
         return toolchains_root() / self.name
 
+    def main_packages(self) -> tuple[str, ...]:
+        """The packages it is for (not the dependencies pinned beside them), by name."""
+        return tuple(p.split("==")[0] for p in (self.no_deps or self.packages))
+
     def python(self) -> Path:
         return self.directory() / "bin" / "python"
 

@@ -29,3 +29,23 @@ def test_a_venv_with_every_pin_is_installed_and_gives_its_versions(tmp_path, mon
     marker(tmp_path, "tosa", pins)
     assert venvs.toolchain("tosa").installed()
     assert venvs.versions("tosa") == pins
+
+
+def test_the_toolchains_list_fits_80_columns_with_whole_names(tmp_path, monkeypatch):
+    import io
+
+    from click.testing import CliRunner
+    from rich.console import Console
+
+    from edgekit.cli import render
+    from edgekit.cli.main import cli
+    monkeypatch.setenv("EDGEKIT_TOOLCHAINS_DIR", str(tmp_path))
+    marker(tmp_path, "tosa", dict(p.split("==") for p in venvs.toolchain("tosa").packages))
+    buffer = io.StringIO()
+    monkeypatch.setattr(render, "out", Console(file=buffer, width=80, color_system=None))
+    assert CliRunner().invoke(cli, ["toolchains", "list"]).exit_code == 0
+    text = buffer.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    names = [line.split()[0] for line in text.splitlines()[3:] if line[:2].strip()]
+    assert names == ["executorch", "tosa", "rknn"], text
+    assert "installed: tosa-tools 2026.8.0" in text and "missing: edgekit toolchains" in text
