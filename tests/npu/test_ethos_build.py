@@ -5,6 +5,7 @@ within 1 LSB of the quantized PyTorch model, Vela's report, an honest split."""
 import csv
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,7 +19,8 @@ from edgekit.toolchain.runner import run_tool
 from tests.integration.helpers import edgekit
 
 RECIPES = "edgekit.examples.models"
-FIXTURE = "tests.fixtures.npu_models"
+# by file: the CLI runs in a child from another directory, where `tests` is no package
+FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "npu_models.py")
 
 
 def recipe(write_recipe, name: str, model: str, calibration: str) -> object:
