@@ -32,7 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edgekit import BuildOptions, build, load_recipe  # noqa: E402
-from edgekit.pipeline.load import load_model  # noqa: E402
+from edgekit.pipeline.frontends.registry import frontend_for  # noqa: E402
+
+
+def load_model(recipe):
+    """The recipe's model as its frontend loads it (`.model`: the nn.Module)."""
+    return frontend_for(recipe.model).load(recipe)
 
 MODELS = {"kws_mlp": "kws_mlp.yaml", "text_encoder": "text_encoder.yaml",
           "mobilenet_v2": "mobilenet_v2.yaml"}

@@ -26,6 +26,7 @@ give; tuned must be at least as good.
 
     python bench/tuned_latency.py                       # all four models (~15 min cold)
     python bench/tuned_latency.py --models kws_mlp --json out.json
+    EDGEKIT_BENCH_DIR=/tmp/mine python bench/tuned_latency.py   # bundles there (default /tmp/edgekit-bench-tuned)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import subprocess
 import sys
 import warnings
@@ -45,11 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_latency import ort_runner, time_interleaved, torch_runner  # noqa: E402
+from host_latency import (load_model, ort_runner, time_interleaved,  # noqa: E402
+                          torch_runner)
 
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
-from edgekit.pipeline.load import load_model  # noqa: E402
 from edgekit.tune.tuner import TuneOptions, choose, tune  # noqa: E402
 
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
@@ -87,9 +89,12 @@ def best_by_set(record, threads: int) -> dict[str, object]:
 IREE_DEFAULTS = Variant("linalg", "iree-defaults", ("--iree-llvmcpu-target-cpu=generic",))
 
 
+WORK = Path(os.environ.get("EDGEKIT_BENCH_DIR", "/tmp/edgekit-bench-tuned"))
+
+
 def module_of(recipe: Path, candidate, key: str) -> Path:
     variant = Variant(candidate.lowering, candidate.flag_set, tuple(candidate.flags))
-    out = Path("/tmp/edgekit-bench-tuned") / key / variant.name.replace("/", "_")
+    out = WORK / key / variant.name.replace("/", "_")
     return build(BuildOptions(recipe=recipe, target="host", out=out, variant=variant)).bundle.module
 
 
@@ -114,8 +119,8 @@ def main() -> None:
                                   repetitions=20, runtime=opts.tune_runtime))
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
-        bundle = build(BuildOptions(recipe=recipe, target="host", out=Path(
-            "/tmp/edgekit-bench-tuned") / key / "inputs", variant=Variant(
+        bundle = build(BuildOptions(recipe=recipe, target="host", out=WORK / key / "inputs",
+                                    variant=Variant(
                 first.lowering, first.flag_set, tuple(first.flags)))).bundle
         columns: dict[int, dict[str, str]] = {}   # threads → column → runner name
         modules: dict[int, dict[str, str]] = {}   # threads → runner name → module path
