@@ -57,7 +57,7 @@ class InProcessModule:
             self._context = rt.SystemContext(config=config)
             self._context.add_vm_module(rt.VmModule.mmap(config.vm_instance, str(module)))
             self._function = self._context.modules.module[entry]
-        except (RuntimeError, ValueError, KeyError) as exc:
+        except (RuntimeError, ValueError, KeyError, OSError) as exc:
             raise EdgekitError(f"IREE runtime cannot load {module.name}: {exc}",
                                where=str(module)) from None
         self._call = LeanCall.bind(rt, self._context, device, self._function)
