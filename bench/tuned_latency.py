@@ -103,6 +103,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
     parser.add_argument("--lowerings", default="tosa,linalg")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--per-call", action="store_true",
+                        help="per round, the median call instead of the mean (a loaded "
+                             "machine's preemptions inflate means)")
     parser.add_argument("--tune-runtime", default="in-process", choices=("in-process", "tools"),
                         help="where `edgekit tune` times the candidates (tools: "
                              "iree-benchmark-module, the behaviour before issue 22)")
@@ -182,7 +185,8 @@ def _timed_in_own_process(recipe: Path, inputs_bundle: Path, modules: dict[str, 
     workers, torch's thread pool and IREE's task system from another thread count would
     otherwise compete for this machine's cores between calls."""
     plan = {"recipe": str(recipe), "inputs_bundle": str(inputs_bundle), "modules": modules,
-            "threads": threads, "rounds": opts.rounds, "seconds": opts.seconds / len(THREADS)}
+            "threads": threads, "rounds": opts.rounds, "seconds": opts.seconds / len(THREADS),
+            "per_call": opts.per_call}
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(plan)],
                           capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -199,7 +203,8 @@ def _worker(plan: dict) -> None:
                for name, path in plan["modules"].items()}
     runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
     runners[f"torch@{t}"] = torch_runner(model, inputs, t)
-    print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"])))
+    print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"],
+                                      plan.get("per_call", False))))
     for module in _KEEP:
         module.close()
 

@@ -102,15 +102,21 @@ def tuning_table(record) -> None:
     for line in notes:
         render.out.print(line, highlight=False)
     c = record.chosen
-    if c.variant == record.default_variant:
+    # the reference: the untuned build at the whole thread budget (tuner.choose)
+    measured = [o for o in record.candidates if o.status == "ok" and o.p50_ms]
+    top = max((o.threads for o in measured), default=c.threads)
+    reference = next((o for o in measured if o.variant == record.default_variant
+                      and o.threads == top), None)
+    gain = paired_gain(c, reference) if reference is not None and c != reference else None
+    if c == reference or (reference is None and c.variant == record.default_variant):
         speedup = " (the untuned build: " + (
             f"the fastest, {record.fastest}, was {record.gain_pct:.1f}% ±{record.noise_pct:.1f}"
             "% faster: not beyond 3% and the noise)" if record.gain_pct is not None and
-            record.fastest and not record.fastest.startswith(c.variant + " ") else
+            record.fastest and record.fastest != f"{c.variant} ({c.threads}t)" else
             "no variant beat it round by round)")
-    elif record.gain_pct is not None:
-        speedup = (f", {record.gain_pct:.1f}% ±{record.noise_pct:.1f}% faster than the untuned "
-                   f"{record.default_variant}")
+    elif gain is not None:
+        speedup = (f", {gain[0]:.1f}% ±{gain[1]:.1f}% faster than the untuned "
+                   f"{record.default_variant} at {top} thread(s)")
     else:
         speedup = f", ×{record.default_p50_ms / c.p50_ms:.2f} faster than the untuned " \
             f"{record.default_variant}" if record.default_p50_ms else ""

@@ -96,3 +96,28 @@ def test_a_tuning_note_from_before_the_runtime_choice_reads_as_tools():
         "variant": "tosa/default", "lowering": "tosa", "flag_set": "default", "flags": [],
         "threads": 1, "p50_ms": 1.0, "measured_on": "host", "tuned_at": "2026-11-30"})
     assert note.measured_in == "tools"
+
+
+def test_the_tune_table_names_the_runtime_and_the_reference_a_fewer_threads_choice_beat(
+        monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from edgekit.cli import render
+    from edgekit.cli.tune import tuning_table
+    from edgekit.tune.tuner import TuningRecord
+    buffer = io.StringIO()
+    monkeypatch.setattr(render, "out", Console(file=buffer, width=100, color_system=None))
+    untuned_2t = result((0.20, 0.21, 0.19, 0.20, 0.22), "default", threads=2)
+    untuned_1t = result((0.030, 0.031, 0.029, 0.030, 0.032), "default", threads=1)
+    chosen, reference = choose([untuned_2t, untuned_1t], "tosa/default")
+    tuning_table(TuningRecord(
+        model_digest="d", app="kws-mlp", target="host", toolchain={}, measured_on="host",
+        created_at="now", chosen=chosen, default_variant="tosa/default",
+        default_p50_ms=reference.p50_ms, candidates=(untuned_1t, untuned_2t),
+        fastest="tosa/default (1t)", gain_pct=85.0, noise_pct=0.1, measured_in="in-process"))
+    text = " ".join(buffer.getvalue().split())
+    assert "(measured on host, in-process)" in text
+    assert "chosen: tosa/default at 1 thread(s)" in text
+    assert "faster than the untuned tosa/default at 2 thread(s)" in text
