@@ -18,6 +18,7 @@ model digest, target and toolchain version in $EDGEKIT_HOME/tuning/, and `edgeki
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -107,6 +108,7 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
     variants = candidate_variants(target, options.lowerings, options.flag_sets)
     threads = tuple(dict.fromkeys(options.threads or target.tune.threads))
     runtime = measuring_runtime(options.runtime or target.tune.runtime, target, options.host)
+    options = dataclasses.replace(options, runtime=runtime)   # resolved for what measures
     if target.runtime.driver != "local-task":
         threads = (1,)        # local-sync / Vulkan: CPU threads do not apply
     with tempfile.TemporaryDirectory(prefix="edgekit-tune-") as tmp:
@@ -127,7 +129,7 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
                               hint="; ".join(f"{c.variant}: {c.reason}" for c in failed[:4]))
         distinct, copies = split_identical(built)
         if options.host is None and runs_here(target):
-            results = _tune_here(options, distinct, threads, say, runtime)
+            results = _tune_here(options, distinct, threads, say)
         else:
             results = _tune_on_device(options, target, distinct, threads, say)
     results += [same_as(r, variant) for variant, original in copies for r in results
@@ -272,7 +274,9 @@ def _one_line(exc: Exception) -> str:
 # --- on this machine ---------------------------------------------------------------------------
 
 def _tune_here(options: TuneOptions, built: list[tuple[Variant, Bundle]],
-               threads: tuple[int, ...], say: Progress, runtime: str) -> list[CandidateResult]:
+               threads: tuple[int, ...], say: Progress) -> list[CandidateResult]:
+    """Validate here, then time in options.runtime: in-process (also when unresolved: what
+    `auto` means here) or tools (this machine's iree-benchmark-module)."""
     results: list[CandidateResult] = []
     measurable: list[tuple[Variant, Bundle]] = []
     for variant, bundle in built:
@@ -287,7 +291,7 @@ def _tune_here(options: TuneOptions, built: list[tuple[Variant, Bundle]],
             results += [_result(variant, t, "invalid", problems) for t in threads]
             continue
         measurable.append((variant, bundle))
-    if runtime == "in-process":
+    if options.runtime != "tools":
         with InProcessBench() as bench:
             samples = _interleaved(measurable, threads, options, say, bench)
     else:
