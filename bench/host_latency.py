@@ -32,7 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edgekit import BuildOptions, build, load_recipe  # noqa: E402
-from edgekit.pipeline.load import load_model  # noqa: E402
+from edgekit.pipeline.frontends.registry import frontend_for  # noqa: E402
+
+
+def load_model(recipe):
+    """The recipe's model as its frontend loads it (`.model`: the nn.Module)."""
+    return frontend_for(recipe.model).load(recipe)
 
 MODELS = {"kws_mlp": "kws_mlp.yaml", "text_encoder": "text_encoder.yaml",
           "mobilenet_v2": "mobilenet_v2.yaml"}
@@ -91,7 +96,11 @@ def torch_runner(model: torch.nn.Module, inputs: list[np.ndarray], threads: int)
     return run
 
 
-def time_interleaved(runners: dict[str, callable], rounds: int, budget_s: float) -> dict:
+def time_interleaved(runners: dict[str, callable], rounds: int, budget_s: float,
+                     per_call: bool = False) -> dict:
+    """Per runner: the median over rounds of each round's mean call time — or, `per_call`, of
+    each round's median call (robust to the preemptions of a loaded machine, which made round
+    means ~2x the per-call median for the KWS MLP here with a load of 3 on 2 cores)."""
     for run in runners.values():  # warm-up (first-call allocation, lazy init)
         for _ in range(3):
             run()
@@ -109,6 +118,14 @@ def time_interleaved(runners: dict[str, callable], rounds: int, budget_s: float)
         random.shuffle(order)
         for name in order:
             run, n = runners[name], calls[name]
+            if per_call:
+                each = []
+                for _ in range(n):
+                    t = time.perf_counter()
+                    run()
+                    each.append(time.perf_counter() - t)
+                samples[name].append(statistics.median(each))
+                continue
             t = time.perf_counter()
             for _ in range(n):
                 run()

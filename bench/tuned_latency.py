@@ -13,8 +13,11 @@ process of its own, interleaved round by round so machine noise hits all alike:
   * the tuned variant for that thread count,
   * onnxruntime (= 1.00×) and PyTorch eager,
 
-and prints ratios to onnxruntime. IREE modules run on the local-task driver with the given
-worker count, as the tuner measures them and as devices run them. (One process per thread
+and prints ratios to onnxruntime. IREE modules run in process as a tuned bundle runs there
+(edgekit's InProcessModule, the lean call path: numpy inputs copied in, outputs copied out):
+local-sync for one thread, local-task with the given worker count otherwise — the runtime the
+tuner measures them in (`edgekit tune --runtime`, default in-process here; `--tune-runtime
+tools` tunes with iree-benchmark-module instead, for a before/after). (One process per thread
 count: onnxruntime's spinning workers, torch's pool and a second IREE task system would
 otherwise take the cores between calls — in one process IREE's 2-thread figures came out ~2×
 slower than the tuner's.) "best single set" is the
@@ -23,6 +26,7 @@ give; tuned must be at least as good.
 
     python bench/tuned_latency.py                       # all four models (~15 min cold)
     python bench/tuned_latency.py --models kws_mlp --json out.json
+    EDGEKIT_BENCH_DIR=/tmp/mine python bench/tuned_latency.py   # bundles there (default /tmp/edgekit-bench-tuned)
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import subprocess
 import sys
 import warnings
@@ -42,12 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_latency import (iree_runner, ort_runner, time_interleaved,  # noqa: E402
+from host_latency import (load_model, ort_runner, time_interleaved,  # noqa: E402
                           torch_runner)
 
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
-from edgekit.pipeline.load import load_model  # noqa: E402
 from edgekit.tune.tuner import TuneOptions, choose, tune  # noqa: E402
 
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
@@ -55,23 +59,19 @@ MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
 THREADS = (1, 2)
 
 
-_DEVICES: dict[int, object] = {}
-
-
 def task_runner(vmfb: Path, inputs: list[np.ndarray], threads: int):
-    """The module on IREE's local-task driver with `threads` workers (local-sync for one): what
-    the tuner measures (iree-benchmark-module) and what a tuned bundle runs. One device per thread
-    count, shared by the runners: the topology flag is read when a device is created, and
-    every extra task system's idle workers would compete for the cores."""
-    import iree.runtime as rt
-
+    """The module as a bundle tuned for `threads` runs in this process (and as the tuner
+    measures it in process): local-sync for one thread, else local-task with `threads`
+    workers, one device per thread count shared by the runners (toolchain/iree_runtime.py)."""
     from edgekit.toolchain.iree import driver_for_threads
-    if driver_for_threads("local-task", threads) == "local-sync":
-        return iree_runner(vmfb, inputs, 1)   # as the tuner measures and builds ship one thread
-    if threads not in _DEVICES:
-        rt.flags.parse_flags(f"--task_topology_group_count={threads}")
-        _DEVICES[threads] = rt.get_device("local-task", cache=False)
-    return iree_runner(vmfb, inputs, threads, device=_DEVICES[threads])
+    from edgekit.toolchain.iree_runtime import InProcessModule
+    driver = driver_for_threads("local-task", threads)
+    module = InProcessModule(vmfb, driver, "main", threads if driver == "local-task" else None)
+    _KEEP.append(module)
+    return lambda: module(inputs)
+
+
+_KEEP: list = []   # closed before the interpreter exits (nanobind reports leaks otherwise)
 
 
 def best_by_set(record, threads: int) -> dict[str, object]:
@@ -89,9 +89,12 @@ def best_by_set(record, threads: int) -> dict[str, object]:
 IREE_DEFAULTS = Variant("linalg", "iree-defaults", ("--iree-llvmcpu-target-cpu=generic",))
 
 
+WORK = Path(os.environ.get("EDGEKIT_BENCH_DIR", "/tmp/edgekit-bench-tuned"))
+
+
 def module_of(recipe: Path, candidate, key: str) -> Path:
     variant = Variant(candidate.lowering, candidate.flag_set, tuple(candidate.flags))
-    out = Path("/tmp/edgekit-bench-tuned") / key / variant.name.replace("/", "_")
+    out = WORK / key / variant.name.replace("/", "_")
     return build(BuildOptions(recipe=recipe, target="host", out=out, variant=variant)).bundle.module
 
 
@@ -100,6 +103,12 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
     parser.add_argument("--lowerings", default="tosa,linalg")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--per-call", action="store_true",
+                        help="per round, the median call instead of the mean (a loaded "
+                             "machine's preemptions inflate means)")
+    parser.add_argument("--tune-runtime", default="in-process", choices=("in-process", "tools"),
+                        help="where `edgekit tune` times the candidates (tools: "
+                             "iree-benchmark-module, the behaviour before issue 22)")
     parser.add_argument("--seconds", type=float, default=40.0, help="timing budget per model")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     opts = parser.parse_args()
@@ -110,11 +119,11 @@ def main() -> None:
         print(f"tuning {key}…", file=sys.stderr, flush=True)
         record = tune(TuneOptions(recipe=recipe, target="host", threads=THREADS,
                                   lowerings=tuple(opts.lowerings.split(",")), rounds=5,
-                                  repetitions=20))
+                                  repetitions=20, runtime=opts.tune_runtime))
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
-        bundle = build(BuildOptions(recipe=recipe, target="host", out=Path(
-            "/tmp/edgekit-bench-tuned") / key / "inputs", variant=Variant(
+        bundle = build(BuildOptions(recipe=recipe, target="host", out=WORK / key / "inputs",
+                                    variant=Variant(
                 first.lowering, first.flag_set, tuple(first.flags)))).bundle
         columns: dict[int, dict[str, str]] = {}   # threads → column → runner name
         modules: dict[int, dict[str, str]] = {}   # threads → runner name → module path
@@ -139,7 +148,7 @@ def main() -> None:
                 cols[f"set:{name}"] = runner_for(c, t, t)
             # what `edgekit tune --threads 1..t` chooses: with t threads available the tuner
             # may use fewer (a tiny model is fastest on one)
-            tuned, _ = choose([c for c in ok if c.threads <= t], record.default_variant)
+            tuned, _ = choose(ok, record.default_variant, budget=t)
             cols["tuned"] = runner_for(tuned, tuned.threads, t)
             cols["tuned_variant"] = f"{tuned.variant} {tuned.threads}t"
             cols["onnxruntime"], cols["torch"] = f"onnxruntime@{t}", f"torch@{t}"
@@ -152,6 +161,13 @@ def main() -> None:
             cols = columns[t]
             ort_ms = timing[cols["onnxruntime"]]["median_ms"]
             row = {"model": key, "threads": t, "onnxruntime_ms": round(ort_ms, 4),
+                   "tuned_in": record.measured_in,
+                   # run-to-run spread of the per-round medians, relative: the noise to read
+                   # the ratios against
+                   "ort_spread_pct": round(100 * timing[cols["onnxruntime"]]["spread_ms"]
+                                           / ort_ms, 1),
+                   "tuned_spread_pct": round(100 * timing[cols["tuned"]]["spread_ms"]
+                                             / timing[cols["tuned"]]["median_ms"], 1),
                    "tuned_variant": cols["tuned_variant"],
                    "untuned_variant": record.default_variant}
             for column, runner in cols.items():
@@ -169,7 +185,8 @@ def _timed_in_own_process(recipe: Path, inputs_bundle: Path, modules: dict[str, 
     workers, torch's thread pool and IREE's task system from another thread count would
     otherwise compete for this machine's cores between calls."""
     plan = {"recipe": str(recipe), "inputs_bundle": str(inputs_bundle), "modules": modules,
-            "threads": threads, "rounds": opts.rounds, "seconds": opts.seconds / len(THREADS)}
+            "threads": threads, "rounds": opts.rounds, "seconds": opts.seconds / len(THREADS),
+            "per_call": opts.per_call}
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(plan)],
                           capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -186,7 +203,10 @@ def _worker(plan: dict) -> None:
                for name, path in plan["modules"].items()}
     runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
     runners[f"torch@{t}"] = torch_runner(model, inputs, t)
-    print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"])))
+    print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"],
+                                      plan.get("per_call", False))))
+    for module in _KEEP:
+        module.close()
 
 
 def report(rows: list[dict]) -> None:
@@ -200,12 +220,17 @@ def report(rows: list[dict]) -> None:
         print(f"\n{t} thread(s) — ratios to onnxruntime (lower is better); best single flag "
               f"set across models: {best}")
         print(f"{'model':<14}{'ort ms':>9}{'torch':>8}{'IREE dflt':>10}{'untuned':>9}"
-              f"{'best set':>10}{'tuned':>8}{'dflt/tuned':>11}  tuned variant")
+              f"{'best set':>10}{'tuned':>8}{'dflt/tuned':>11}{'spread ort/tuned':>18}"
+              "  tuned variant (timed in)")
         for r in mine:
             print(f"{r['model']:<14}{r['onnxruntime_ms']:>9.3f}{r['torch_x_ort']:>7.2f}x"
                   f"{r['iree_defaults_x_ort']:>9.2f}x{r['untuned_x_ort']:>8.2f}x"
                   f"{r.get(f'set:{best}_x_ort', math.inf):>9.2f}x{r['tuned_x_ort']:>7.2f}x"
-                  f"{r['iree_defaults_x_ort'] / r['tuned_x_ort']:>10.2f}x  {r['tuned_variant']}")
+                  f"{r['iree_defaults_x_ort'] / r['tuned_x_ort']:>10.2f}x"
+                  f"{r['ort_spread_pct']:>10.1f}%/{r['tuned_spread_pct']:.1f}%"
+                  f"  {r['tuned_variant']} ({r['tuned_in']})")
+        print("spread: range of the per-round medians over their median, per runner "
+              "(the run's noise)")
         print("per flag set:", ", ".join(
             f"{s} " + "/".join(f"{r.get(f'set:{s}_x_ort', math.inf):.2f}" for r in mine)
             for s in sets))

@@ -103,7 +103,8 @@ def build_summary(result: BuildResult) -> None:
     if m.tuning:
         t = m.tuning
         out.print(f"  tuned variant: {t.variant} (p50 {t.p50_ms:.4f} ms at {t.threads} thread(s) "
-                  f"on {t.measured_on}, {t.tuned_at}); `--no-tuned` for the profile default")
+                  f"on {t.measured_on}, {t.measured_in}, {t.tuned_at}); `--no-tuned` for the "
+                  "profile default")
     if m.quantization:
         quantization_summary(m.quantization)
     if m.npu:

@@ -23,7 +23,13 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 @click.option("--identity", type=click.Path(path_type=Path), help="private key for --host")
 @click.option("--lowerings", help="e.g. tosa,linalg [default: the profile's]")
 @click.option("--flag-sets", help="names from the profile's tune.flag_sets [default: all]")
-@click.option("--threads", help="e.g. 1,2 [default: the profile's tune.threads]")
+@click.option("--threads", help="thread budget, e.g. 1,2: each count is measured and the "
+              "untuned build runs with the largest [default: the profile's tune.threads]")
+@click.option("--runtime", type=click.Choice(["auto", "in-process", "tools"]),
+              help="where candidates are timed: in-process (IREE's Python runtime, as "
+              "edgekit.compile and the Python API run a bundle) or tools "
+              "(iree-benchmark-module, here or on --host) [default: the profile's "
+              "tune.runtime, auto: in-process here, the device's tools with --host]")
 @click.option("--rounds", default=5, show_default=True, help="benchmark rounds (interleaved)")
 @click.option("--repetitions", default=30, show_default=True,
               help="measured calls per candidate and thread count")
@@ -32,7 +38,8 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
-         lowerings: str | None, flag_sets: str | None, threads: str | None, rounds: int,
+         lowerings: str | None, flag_sets: str | None, threads: str | None,
+         runtime: str | None, rounds: int,
          repetitions: int, no_cache: bool, as_json: bool) -> None:
     """Build, validate and benchmark lowering × flag set × threads variants; record the
     fastest valid one so that `build` and `deploy` use it."""
@@ -45,7 +52,8 @@ def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
                           key="threads") from None
     options = TuneOptions(recipe=recipe, target=target, host=host, identity=identity,
                           lowerings=_csv(lowerings), flag_sets=_csv(flag_sets),
-                          threads=thread_counts, rounds=rounds, repetitions=repetitions,
+                          threads=thread_counts, runtime=runtime, rounds=rounds,
+                          repetitions=repetitions,
                           use_cache=not no_cache)
     if as_json:
         render.emit_json(run_tune(options).model_dump(mode="json"))
@@ -61,7 +69,8 @@ def tuning_table(record) -> None:
     follow the table (--wide: in it)."""
     from edgekit.tune.tuner import paired_gain
     table = render.fitted_table(
-        f"tuning {record.app} for {record.target} (measured on {record.measured_on})",
+        f"tuning {record.app} for {record.target} (measured on {record.measured_on}, "
+        f"{record.measured_in})",
         [("variant", "short"), ("thr", "num"), ("p50 ms", "num"), ("time Δ", "num"),
          ("module B", "num"), ("result", "text" if render.wide else "short")])
     # variant names break between their parts; the column never gets narrower than the
@@ -99,15 +108,21 @@ def tuning_table(record) -> None:
     for line in notes:
         render.out.print(line, highlight=False)
     c = record.chosen
-    if c.variant == record.default_variant:
+    # the reference: the untuned build at the whole thread budget (tuner.choose)
+    measured = [o for o in record.candidates if o.status == "ok" and o.p50_ms]
+    top = max((o.threads for o in measured), default=c.threads)
+    reference = next((o for o in measured if o.variant == record.default_variant
+                      and o.threads == top), None)
+    gain = paired_gain(c, reference) if reference is not None and c != reference else None
+    if c == reference or (reference is None and c.variant == record.default_variant):
         speedup = " (the untuned build: " + (
             f"the fastest, {record.fastest}, was {record.gain_pct:.1f}% ±{record.noise_pct:.1f}"
             "% faster: not beyond 3% and the noise)" if record.gain_pct is not None and
-            record.fastest and not record.fastest.startswith(c.variant + " ") else
+            record.fastest and record.fastest != f"{c.variant} ({c.threads}t)" else
             "no variant beat it round by round)")
-    elif record.gain_pct is not None:
-        speedup = (f", {record.gain_pct:.1f}% ±{record.noise_pct:.1f}% faster than the untuned "
-                   f"{record.default_variant}")
+    elif gain is not None:
+        speedup = (f", {gain[0]:.1f}% ±{gain[1]:.1f}% faster than the untuned "
+                   f"{record.default_variant} at {top} thread(s)")
     else:
         speedup = f", ×{record.default_p50_ms / c.p50_ms:.2f} faster than the untuned " \
             f"{record.default_variant}" if record.default_p50_ms else ""

@@ -6,9 +6,7 @@ Vulkan, facts.md), or on a remote device over the deploy machinery. Each keeps c
 from __future__ import annotations
 
 import atexit
-import json
 import logging
-import re
 import secrets
 import tempfile
 import time
@@ -23,6 +21,8 @@ from edgekit.device.deploy import DeployResult, deploy_bundle
 from edgekit.errors import EdgekitError
 from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
+from edgekit.toolchain.iree_runtime import (  # noqa: F401 (LeanCall: bench/call_overhead.py)
+    InProcessModule, LeanCall, _flat_tensor_signature)
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
 from edgekit.validate.outputs import as_declared, output_file, read_output
@@ -81,111 +81,27 @@ class Runner:
 
 
 class InProcessRunner(Runner):
+    """The module in this process (toolchain/iree_runtime.py), on the bundle's driver with the
+    thread count `edgekit tune` measured it at (untuned: IREE's default topology): the
+    configuration the tuner's in-process measurement ranks candidates in."""
+
     def __init__(self, bundle: Bundle, stats: CallStats):
-        import iree.runtime as rt
         m = bundle.manifest
-        super().__init__(stats, f"iree.runtime in this process, driver {m.runtime_driver}")
+        threads = m.tuning.threads if m.tuning is not None else None
+        super().__init__(stats, f"iree.runtime in this process, driver {m.runtime_driver}"
+                         + (f", {threads} thread(s)" if threads else ""))
         self.bundle = bundle
-        config = rt.Config(m.runtime_driver)
-        self._context = rt.SystemContext(config=config)
-        self._context.add_vm_module(rt.VmModule.mmap(config.vm_instance, str(bundle.module)))
-        self._function = self._context.modules.module[m.entry_function]
-        self._call = LeanCall.bind(rt, self._context, config.device, self._function)
+        self._module = InProcessModule(bundle.module, m.runtime_driver, m.entry_function,
+                                       threads)
         _IN_PROCESS.append(self)
 
     def release(self) -> None:
-        self._call = self._function = self._context = None
+        if self._module is not None:
+            self._module.close()
+            self._module = None
 
     def _run(self, arrays):
-        if self._call is not None:
-            return self._call(arrays)
-        result = self._function(*arrays)
-        outputs = result if isinstance(result, (tuple, list)) else (result,)
-        return [np.array(o.to_host()) for o in outputs]
-
-
-class LeanCall:
-    """One module function, bound once: numpy arrays → HAL buffer views → `VmContext.invoke` →
-    host arrays, without the FunctionInvoker's per-call ABI walk and DeviceArray wrappers
-    (bench/call_overhead.py: ~17 → ~7 µs for one add on 1×16).
-
-    Inputs are copied into device buffers (`allocate_buffer_copy`; on local-* drivers a
-    memcpy): IREE 3.13's zero-copy `HalAllocator.import_host_allocation` of a numpy array
-    crashed the process here, so it is not used. VmVariantList has no clear(), so a fresh pair
-    of lists per call (two small allocations) is the reuse the binding allows."""
-
-    def __init__(self, rt, vm_context, device, vm_function, results: int):
-        self._rt, self._invoke, self._function = rt, vm_context.invoke, vm_function
-        self._device, self._allocator = device, device.allocator
-        self._memory, self._usage = rt.MemoryType.DEVICE_LOCAL, rt.BufferUsage.DEFAULT
-        self._results = results
-        self._element_types: dict[np.dtype, object] = {}
-        self._dtypes: dict[object, np.dtype] = {}
-
-    @classmethod
-    def bind(cls, rt, context, device, function) -> "LeanCall | None":
-        """None when the function's ABI is not flat tensors in and out (nested lists, scalars,
-        or no reflection): then the FunctionInvoker's general path is used."""
-        vm_function = function.vm_function
-        counts = _flat_tensor_signature(vm_function.reflection)
-        if counts is None:
-            return None
-        return cls(rt, context.vm_context, device, vm_function, counts[1])
-
-    def _element_type(self, dtype: np.dtype):
-        et = self._element_types.get(dtype)
-        if et is None:
-            from iree.runtime.array_interop import map_dtype_to_element_type
-            et = self._element_types[dtype] = map_dtype_to_element_type(dtype)
-        return et
-
-    def __call__(self, arrays) -> list[np.ndarray]:
-        rt = self._rt
-        args = rt.VmVariantList(len(arrays))
-        for a in arrays:
-            a = np.ascontiguousarray(a)
-            view = self._allocator.allocate_buffer_copy(
-                memory_type=self._memory, allowed_usage=self._usage, device=self._device,
-                buffer=a, element_type=self._element_type(a.dtype))
-            args.push_ref(view.ref)
-        rets = rt.VmVariantList(self._results)
-        self._invoke(self._function, args, rets)
-        out = []
-        for i in range(self._results):
-            view = rets.get_as_object(i, rt.HalBufferView)
-            et = view.element_type
-            dtype = self._dtypes.get(et)
-            if dtype is None:
-                dtype = self._dtypes[et] = np.dtype(rt.HalElementType.map_to_dtype(et))
-            # copied out of the mapping: the result outlives the buffer view
-            out.append(view.map().asarray(view.shape, dtype).copy())
-        return out
-
-
-_DECLARATION = re.compile(r"\((.*)\)\s*->\s*\((.*)\)\s*$")
-_OPERAND = re.compile(r"%\w+\s*:\s*([^,]+?)(?=,\s*%|$)")
-
-
-def _flat_tensor_signature(reflection: dict) -> tuple[int, int] | None:
-    """(arguments, results) when every one is a tensor, from the function's reflection:
-    IREE's `iree.abi` descriptors, or the `iree.abi.declaration` torch-mlir's modules carry
-    ("sync func @main(%input0: tensor<1x16xf32>) -> (%output0: tensor<1x16xf32>)")."""
-    if "iree.abi" in reflection:
-        try:
-            descs = json.loads(reflection["iree.abi"])
-            args, rets = descs["a"], descs["r"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        if all(isinstance(d, list) and d and d[0] == "ndarray" for d in [*args, *rets]):
-            return len(args), len(rets)
-        return None
-    match = _DECLARATION.search(reflection.get("iree.abi.declaration", ""))
-    if match is None:
-        return None
-    sides = [_OPERAND.findall(side) for side in match.groups()]
-    if not sides[1] or not all(t.strip().startswith("tensor<") for side in sides for t in side):
-        return None
-    return len(sides[0]), len(sides[1])
+        return self._module(arrays)
 
 
 class ToolRunner(Runner):

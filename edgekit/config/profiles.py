@@ -106,6 +106,10 @@ class TuneSpec(Frozen):
 
     flag_sets: dict[str, tuple[str, ...]] = pydantic.Field(default_factory=dict)
     threads: tuple[int, ...] = (1,)
+    # where candidates are timed: `in-process` (IREE's Python runtime, as edgekit.compile and
+    # the Python API call a module), `tools` (iree-benchmark-module, as a device's shims run
+    # it), `auto`: in-process for a target this machine runs, the device's tools with --host
+    runtime: Literal["auto", "in-process", "tools"] = "auto"
 
     @pydantic.field_validator("flag_sets")
     @classmethod

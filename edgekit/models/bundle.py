@@ -84,6 +84,9 @@ class TuningNote(Frozen):
     p50_ms: float
     default_p50_ms: float | None = None
     measured_on: str
+    # the runtime the choice was timed in: in-process (IREE's Python runtime, the lean call
+    # path) or tools (iree-benchmark-module here or on the device); older notes: tools
+    measured_in: Literal["in-process", "tools"] = "tools"
     tuned_at: str
 
 

@@ -4,16 +4,21 @@ fastest variant that validates, and make builds use it.
 Candidates are ordinary builds with the variant applied (so each is cached: re-tuning only
 re-measures). Each is validated against the golden outputs where it will run — on this machine
 for a target it can execute, else on the device given by `--host` (uploaded as a release
-directory, never activated) — and benchmarked there with iree-benchmark-module, one call per
-sample, in rounds interleaved across candidates so drift hits all alike (a round lasts at least
-ROUND_SECONDS). The score is the median of the per-round medians; a variant replaces the
-untuned build only if it beats it round by round (`clearly_faster`). The choice is recorded per
+directory, never activated) — and timed in the runtime the bundle will run in (measure.py):
+in this process through the lean call path for a target this machine runs, with the device's
+iree-benchmark-module for `--host`; one call per sample, in rounds interleaved across
+candidates so drift hits all alike (a round lasts at least ROUND_SECONDS). The score is the
+median of the per-round medians. Thread counts are a budget: the untuned build runs with the
+largest, and any candidate at that count or fewer replaces it only if it beats it round by
+round (`clearly_faster`), so a tuned build is never slower than the untuned one beyond the
+measured noise. The choice is recorded per
 model digest, target and toolchain version in $EDGEKIT_HOME/tuning/, and `edgekit build` /
 `deploy` use it from then on (the manifest says so; `--no-tuned` builds the profile's default).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -26,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.config.paths import edgekit_home
-from edgekit.config.profiles import Target, host_arch, load_target
+from edgekit.config.profiles import Target, load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.config.schema_base import Frozen
 from edgekit.device.bench import per_call_ms
@@ -36,6 +41,7 @@ from edgekit.models.bundle import Bundle, TuningNote
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.toolchain import iree
 from edgekit.toolchain.versions import toolchain_versions
+from edgekit.tune.measure import InProcessBench, measuring_runtime, runs_here
 from edgekit.validate.local import validate_local
 
 DEFAULT_SET = "default"
@@ -73,6 +79,8 @@ class TuningRecord(Frozen):
     fastest: str = ""
     gain_pct: float | None = None
     noise_pct: float | None = None
+    # the runtime the candidates were timed in (measure.py); older records: tools
+    measured_in: str = "tools"
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class TuneOptions:
     lowerings: tuple[str, ...] | None = None    # default: the profile's
     flag_sets: tuple[str, ...] | None = None    # default: all the profile lists
     threads: tuple[int, ...] | None = None      # default: the profile's tune.threads
+    runtime: str | None = None        # in-process | tools | auto; default: the profile's
     rounds: int = 5
     repetitions: int = 30             # measured calls per candidate and thread count
     use_cache: bool = True
@@ -98,6 +107,8 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
     target = load_target(options.target)
     variants = candidate_variants(target, options.lowerings, options.flag_sets)
     threads = tuple(dict.fromkeys(options.threads or target.tune.threads))
+    runtime = measuring_runtime(options.runtime or target.tune.runtime, target, options.host)
+    options = dataclasses.replace(options, runtime=runtime)   # resolved for what measures
     if target.runtime.driver != "local-task":
         threads = (1,)        # local-sync / Vulkan: CPU threads do not apply
     with tempfile.TemporaryDirectory(prefix="edgekit-tune-") as tmp:
@@ -134,6 +145,7 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
                             if any(r.variant == f"{lw}/{DEFAULT_SET}" for r in valid)), "")
     chosen, default = choose(valid, default_variant)
     fastest = min(valid, key=lambda r: r.p50_ms)
+    say(f"chosen {chosen.variant} at {chosen.threads} thread(s) (measured {runtime})")
     paired = paired_gain(fastest, default) if default is not None else None
     record = TuningRecord(
         model_digest=built[0][1].manifest.model_digest, app=recipe.name, target=target.name,
@@ -141,24 +153,34 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         chosen=chosen, default_variant=default_variant,
         default_p50_ms=default.p50_ms if default else None,
-        fastest=f"{fastest.variant} ({fastest.threads}t)",
+        fastest=f"{fastest.variant} ({fastest.threads}t)", measured_in=runtime,
         gain_pct=paired[0] if paired else None, noise_pct=paired[1] if paired else None,
         candidates=tuple(sorted(results, key=lambda r: (r.p50_ms is None, r.p50_ms or 0))))
     _store(record, target)
     return record
 
 
-def choose(valid: list[CandidateResult], default_variant: str
+def choose(valid: list[CandidateResult], default_variant: str, budget: int | None = None
            ) -> tuple[CandidateResult, CandidateResult | None]:
-    """(the candidate builds should use, the untuned build at its thread count): the fastest,
-    unless it does not clearly beat the untuned build — a choice made from noise would change
-    on every re-tune."""
-    fastest = min(valid, key=lambda r: r.p50_ms)
-    default = next((r for r in valid if r.variant == default_variant
-                    and r.threads == fastest.threads), None)
-    if default is not None and not clearly_faster(fastest, default):
-        return default, default
-    return fastest, default
+    """(the candidate builds should use, the untuned build it had to beat) among the valid
+    candidates at `budget` threads or fewer (None: all measured).
+
+    The thread counts are a budget: the untuned build runs with the largest one measured, and
+    that is the reference. The choice is the fastest of the candidates — any variant, any
+    thread count up to the budget, the untuned build at fewer threads included — that beat the
+    reference round by round beyond the noise (`clearly_faster`); when none does, the untuned
+    build itself: a choice made from noise would change on every re-tune, and could be
+    slower than not tuning. Without an untuned build among them: the fastest."""
+    pool = [r for r in valid if r.p50_ms is not None and (budget is None or r.threads <= budget)]
+    if not pool:
+        raise ValueError("no measured candidate within the thread budget")
+    top = max(r.threads for r in pool)
+    reference = next((r for r in pool if r.variant == default_variant and r.threads == top),
+                     None)
+    if reference is None:
+        return min(pool, key=lambda r: r.p50_ms), None
+    winners = [r for r in pool if r is not reference and clearly_faster(r, reference)]
+    return (min(winners, key=lambda r: r.p50_ms) if winners else reference), reference
 
 
 def paired_gain(a: CandidateResult, b: CandidateResult) -> tuple[float, float] | None:
@@ -249,15 +271,12 @@ def _one_line(exc: Exception) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
 
 
-def runs_here(target: Target) -> bool:
-    """This machine can run the target's modules (so tuning measures here)."""
-    return target.backend == "llvm-cpu" and target.arch == host_arch()
-
-
 # --- on this machine ---------------------------------------------------------------------------
 
 def _tune_here(options: TuneOptions, built: list[tuple[Variant, Bundle]],
                threads: tuple[int, ...], say: Progress) -> list[CandidateResult]:
+    """Validate here, then time in options.runtime: in-process (also when unresolved: what
+    `auto` means here) or tools (this machine's iree-benchmark-module)."""
     results: list[CandidateResult] = []
     measurable: list[tuple[Variant, Bundle]] = []
     for variant, bundle in built:
@@ -272,8 +291,12 @@ def _tune_here(options: TuneOptions, built: list[tuple[Variant, Bundle]],
             results += [_result(variant, t, "invalid", problems) for t in threads]
             continue
         measurable.append((variant, bundle))
-    samples = _interleaved(measurable, threads, options, say,
-                           lambda bundle, t, n: bench_local(bundle, t, n, warmup=3))
+    if options.runtime != "tools":
+        with InProcessBench() as bench:
+            samples = _interleaved(measurable, threads, options, say, bench)
+    else:
+        samples = _interleaved(measurable, threads, options, say,
+                               lambda bundle, t, n: bench_local(bundle, t, n, warmup=3))
     for (variant, bundle), per_thread in zip(measurable, samples):
         size = bundle.module.stat().st_size
         for t, rounds in per_thread.items():
@@ -403,7 +426,8 @@ def tuned_choice(model_digest: str, target: Target) -> TuningNote | None:
     return TuningNote(variant=c.variant, lowering=c.lowering, flag_set=c.flag_set,
                       flags=c.flags, threads=c.threads, p50_ms=c.p50_ms,
                       default_p50_ms=record.default_p50_ms, measured_on=record.measured_on,
-                      tuned_at=record.created_at)
+                      measured_in="in-process" if record.measured_in == "in-process"
+                      else "tools", tuned_at=record.created_at)
 
 
 __all__ = ["TuneOptions", "TuningRecord", "CandidateResult", "tune", "tuned_choice",

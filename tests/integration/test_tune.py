@@ -5,6 +5,8 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
+
 from tests.integration.helpers import edgekit
 
 MATMUL = 'name: {name}\nmodel:\n  python: "@TINY@:matmul_stack"\n'
@@ -47,6 +49,8 @@ def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tm
         f"{chosen['lowering']}/{chosen['flag_set']}" == record["default_variant"]
         and chosen["threads"] == fastest["threads"])
     assert record["default_variant"] == "tosa/default" and record["measured_on"] == "host"
+    # timed where a host bundle runs: in this process, through the lean call path
+    assert record["measured_in"] == "in-process"
     # the fastest against the untuned build, with the noise it had to beat (issue 20)
     assert record["gain_pct"] is not None and record["noise_pct"] >= 0
 
@@ -54,6 +58,7 @@ def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tm
     assert built.returncode == 0, built.stderr
     manifest = json.loads(built.stdout)["manifest"]
     assert manifest["tuning"]["variant"] == f"{chosen['lowering']}/{chosen['flag_set']}"
+    assert manifest["tuning"]["measured_in"] == "in-process"
     assert manifest["lowering"]["used"] == chosen["lowering"]
     assert all(flag in manifest["compile_flags"] for flag in chosen["flags"])
     # measured with one thread, so it runs as measured: inline, without a task system
@@ -71,6 +76,48 @@ def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tm
     again = tune_json("--recipe", str(recipe), "--target", profile, *sets)
     assert len(again["candidates"]) == len(record["candidates"])
     assert sorted(p.name for p in cache_dir.glob("**/*")) == cache
+
+
+def test_tune_times_a_thread_budget_in_process_and_records_the_runtime(write_recipe):
+    """Thread counts are a budget: 1 and 2 threads are both timed in this process (local-sync,
+    local-task with two workers); the untuned build at 2 threads is the reference, and the
+    choice — whichever it is on a noisy machine — runs as it was timed."""
+    from edgekit import BuildOptions, build
+    from edgekit.compile.runners import CallStats, InProcessRunner
+    recipe = write_recipe(MATMUL.format(name="tuned-threads"))
+    args = ("--recipe", str(recipe), "--target", "host", "--lowerings", "tosa",
+            "--flag-sets", "default,data-tiling", "--threads", "1,2")
+    record = tune_json(*args)
+    assert record["measured_in"] == "in-process"
+    measured = {(c["flag_set"], c["threads"]) for c in record["candidates"]
+                if c["status"] == "ok" and len(c["round_p50_ms"]) == 3}
+    assert {("default", 1), ("default", 2)} <= measured
+    assert record["default_variant"] == "tosa/default"
+    chosen = record["chosen"]
+    untuned_2t = next(c for c in record["candidates"]
+                      if c["flag_set"] == "default" and c["threads"] == 2)
+    assert chosen == untuned_2t or chosen["p50_ms"] < untuned_2t["p50_ms"]
+
+    bundle = build(BuildOptions(recipe=recipe, target="host")).bundle
+    m = bundle.manifest
+    assert m.tuning.threads == chosen["threads"] and m.tuning.measured_in == "in-process"
+    assert m.runtime_driver == ("local-sync" if chosen["threads"] == 1 else "local-task")
+    # the in-process runner runs the tuned thread count, and computes the golden outputs
+    runner = InProcessRunner(bundle, CallStats(0, "test"))
+    runner.declared = tuple(o.dtype for o in m.outputs)
+    inputs = [np.load(bundle.file(p)) for p in m.golden_inputs]
+    (out,) = runner.run(inputs)
+    np.testing.assert_allclose(out, np.load(bundle.file(m.golden_outputs[0])), rtol=1e-4,
+                               atol=1e-5)
+    assert f"{chosen['threads']} thread(s)" in runner.description
+    runner.release()
+
+    # the tools, when asked for: iree-benchmark-module here
+    tools = tune_json(*args, "--runtime", "tools")
+    assert tools["measured_in"] == "tools"
+    refused = edgekit("tune", *args, "--runtime", "in-process", "--host", "local:/nonexistent")
+    assert refused.returncode == 2 and "--runtime tools" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_tune_refuses_unknown_flag_sets_with_the_choices(write_recipe):

@@ -1,0 +1,123 @@
+"""`edgekit tune`'s decisions, as pure logic: which runtime times the candidates, and which
+candidate a thread budget gets (never one that is not clearly faster than the untuned build)."""
+
+import pytest
+
+from edgekit.config.profiles import load_target
+from edgekit.errors import ConfigError
+from edgekit.models.bundle import TuningNote
+from edgekit.tune.measure import measuring_runtime
+from edgekit.tune.tuner import CandidateResult, choose
+
+
+def result(rounds, flag_set="x", threads=1, lowering="tosa"):
+    ordered = sorted(rounds)
+    return CandidateResult(lowering=lowering, flag_set=flag_set, flags=(), threads=threads,
+                           status="ok", p50_ms=ordered[len(ordered) // 2],
+                           round_p50_ms=tuple(rounds))
+
+
+def test_a_two_thread_budget_runs_one_thread_when_that_is_clearly_faster():
+    # the KWS MLP: the task system costs more than a second worker saves
+    untuned_2t = result((0.20, 0.21, 0.19, 0.20, 0.22), "default", threads=2)
+    untuned_1t = result((0.030, 0.031, 0.029, 0.030, 0.032), "default", threads=1)
+    chosen, reference = choose([untuned_2t, untuned_1t], "tosa/default")
+    assert reference is untuned_2t          # what a build without tuning runs with 2 threads
+    assert chosen is untuned_1t
+
+
+def test_the_untuned_build_at_the_whole_budget_is_the_reference_and_wins_ties():
+    untuned_2t = result((10.0, 10.1, 9.9, 10.0, 10.2), "default", threads=2)
+    # 2% faster at one thread: inside the 3% margin, so not worth a change
+    close_1t = result((9.8, 9.9, 9.7, 9.8, 10.0), "data-tiling", threads=1)
+    assert choose([close_1t, untuned_2t], "tosa/default") == (untuned_2t, untuned_2t)
+
+
+def test_a_one_thread_budget_compares_with_the_untuned_build_at_one_thread():
+    untuned_2t = result((20.0,) * 5, "default", threads=2)
+    untuned_1t = result((10.0, 10.0, 10.0, 10.0, 10.0), "default", threads=1)
+    fast_2t = result((5.0,) * 5, "data-tiling", threads=2)
+    fast_1t = result((8.0, 8.1, 7.9, 8.0, 8.0), "data-tiling", threads=1)
+    pool = [untuned_2t, untuned_1t, fast_2t, fast_1t]
+    assert choose(pool, "tosa/default", budget=1) == (fast_1t, untuned_1t)
+    assert choose(pool, "tosa/default", budget=2) == (fast_2t, untuned_2t)
+    assert choose(pool, "tosa/default") == (fast_2t, untuned_2t)
+
+
+def test_the_lowest_median_is_not_taken_when_its_rounds_do_not_clearly_beat_the_untuned():
+    untuned = result((10.0, 10.0, 10.0, 10.0, 10.0), "default")
+    # the lowest median, but faster in three rounds of five only: not round by round
+    lucky = result((5.0, 12.0, 5.0, 12.0, 5.0), "lucky")
+    steady = result((8.0, 8.1, 7.9, 8.0, 8.0), "steady")
+    assert choose([untuned, lucky, steady], "tosa/default") == (steady, untuned)
+    assert choose([untuned, lucky], "tosa/default") == (untuned, untuned)
+
+
+def test_without_an_untuned_build_among_the_valid_the_fastest_is_chosen():
+    a, b = result((3.0,) * 3, "a", lowering="linalg"), result((2.0,) * 3, "b", lowering="linalg")
+    assert choose([a, b], "tosa/default") == (b, None)
+
+
+def test_the_measuring_runtime_follows_where_the_bundle_runs():
+    host, rpi4 = load_target("host"), load_target("rpi4")
+    assert measuring_runtime("auto", host, None) == "in-process"
+    assert measuring_runtime("auto", host, "local:/tmp/d") == "tools"
+    assert measuring_runtime("auto", rpi4, "pi@10.0.0.2") == "tools"
+    assert measuring_runtime("tools", host, None) == "tools"
+    assert measuring_runtime("in-process", host, None) == "in-process"
+    assert host.tune.runtime == "auto"
+
+
+def test_a_measuring_runtime_that_cannot_time_the_bundle_is_refused_with_a_hint():
+    host, rpi4 = load_target("host"), load_target("rpi4")
+    with pytest.raises(ConfigError) as caught:
+        measuring_runtime("in-process", host, "pi@10.0.0.2")
+    assert caught.value.key == "runtime" and "--runtime tools" in caught.value.hint
+    with pytest.raises(ConfigError) as caught:
+        measuring_runtime("in-process", rpi4, None)
+    assert "--host" in caught.value.hint
+    with pytest.raises(ConfigError) as caught:
+        measuring_runtime("fastest", host, None)
+    assert "in-process" in caught.value.hint
+
+
+def test_a_profile_names_its_measuring_runtime_and_a_wrong_one_points_at_its_line(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("extends: host\ntune:\n  runtime: tools\n")
+    assert load_target(str(path)).tune.runtime == "tools"
+    path.write_text("extends: host\ntune:\n  runtime: python\n")
+    with pytest.raises(ConfigError) as caught:
+        load_target(str(path))
+    assert caught.value.where.endswith("t.yaml:3")
+
+
+def test_a_tuning_note_from_before_the_runtime_choice_reads_as_tools():
+    note = TuningNote.model_validate({
+        "variant": "tosa/default", "lowering": "tosa", "flag_set": "default", "flags": [],
+        "threads": 1, "p50_ms": 1.0, "measured_on": "host", "tuned_at": "2026-11-30"})
+    assert note.measured_in == "tools"
+
+
+def test_the_tune_table_names_the_runtime_and_the_reference_a_fewer_threads_choice_beat(
+        monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from edgekit.cli import render
+    from edgekit.cli.tune import tuning_table
+    from edgekit.tune.tuner import TuningRecord
+    buffer = io.StringIO()
+    monkeypatch.setattr(render, "out", Console(file=buffer, width=100, color_system=None))
+    untuned_2t = result((0.20, 0.21, 0.19, 0.20, 0.22), "default", threads=2)
+    untuned_1t = result((0.030, 0.031, 0.029, 0.030, 0.032), "default", threads=1)
+    chosen, reference = choose([untuned_2t, untuned_1t], "tosa/default")
+    tuning_table(TuningRecord(
+        model_digest="d", app="kws-mlp", target="host", toolchain={}, measured_on="host",
+        created_at="now", chosen=chosen, default_variant="tosa/default",
+        default_p50_ms=reference.p50_ms, candidates=(untuned_1t, untuned_2t),
+        fastest="tosa/default (1t)", gain_pct=85.0, noise_pct=0.1, measured_in="in-process"))
+    text = " ".join(buffer.getvalue().split())
+    assert "(measured on host, in-process)" in text
+    assert "chosen: tosa/default at 1 thread(s)" in text
+    assert "faster than the untuned tosa/default at 2 thread(s)" in text
