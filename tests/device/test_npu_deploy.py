@@ -2,6 +2,7 @@
 what is missing; `--cpu-fallback` deploys the bundle's IREE CPU module, validated there."""
 
 import json
+from pathlib import Path
 
 from edgekit import BuildOptions, build
 from tests.device.test_deploy import current_of, releases_on
@@ -49,3 +50,28 @@ def test_a_fleet_of_npu_boards_without_their_npu_updates_only_with_cpu_fallback(
     outcome = json.loads(proc.stdout)["devices"][0]
     assert outcome["status"] == "updated", outcome
     assert current_of(arm_device, "npu-fleet") is not None
+
+
+def test_an_ethos_u_build_with_a_float_only_op_deploys_its_cpu_module_and_validates_there(
+        write_recipe, arm_device):
+    """imx93-npu: the split model (conv → atan2 → conv: atan2 has no integer TOSA form) is
+    refused on a device without /dev/ethosu0, and deployed with --cpu-fallback: the IREE CPU
+    module (cortex-a55) of the same integer model validates on the emulated aarch64 board."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "npu_models.py"
+    recipe = write_recipe(f'name: npu-split\nmodel: {{python: "{fixtures}:conv_atan2_conv"}}\n'
+                          f'quantize: {{mode: int8, calibration: '
+                          f'"{fixtures}:conv_atan2_conv_calibration"}}\n')
+    bundle = build(BuildOptions(recipe=recipe, target="imx93-npu")).bundle
+    npu = bundle.manifest.npu
+    assert {op.placement for op in npu.ops} >= {"npu", "cpu"}        # an honest split
+    assert any("atan2" in op.op for op in npu.ops if op.placement == "cpu")
+
+    refused = edgekit("deploy", str(bundle.path), "--host", arm_device.name)
+    assert refused.returncode == 14, refused.stderr
+    assert "/dev/ethosu0" in refused.stderr
+    proc = edgekit("deploy", str(bundle.path), "--host", arm_device.name, "--cpu-fallback",
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["report"]["ok"] and result["activated"]
+    assert current_of(arm_device, "npu-split") == result["release"]
