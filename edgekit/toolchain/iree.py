@@ -60,7 +60,11 @@ def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = (),
 
 def dispatch_configs_dir(digest: str) -> Path:
     """Where `edgekit tune` keeps a set of per-dispatch configurations, by content digest."""
-    return edgekit_home() / "tuning" / "dispatch-configs" / digest
+    return dispatch_configs_root() / digest
+
+
+def dispatch_configs_root() -> Path:
+    return edgekit_home() / "tuning" / "dispatch-configs"
 
 
 def dispatch_config_flags(flags: tuple[str, ...]) -> tuple[str, ...]:

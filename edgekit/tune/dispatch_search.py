@@ -18,9 +18,11 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -78,10 +80,10 @@ def hot_dispatches(configured: list[ConfiguredDispatch], costs: dict[str, float]
     return [d for d in ranked if cost(d) > 0][:top]
 
 
-def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: int,
-                   store: Path) -> list[Variant]:
-    """One candidate variant per (dispatch, tile sizes); its edited executable is written to
-    `store/<digest>/<executable>.mlir`."""
+def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: int
+                   ) -> list[Variant]:
+    """One candidate variant per (dispatch, tile sizes); its edited executable is kept as
+    `<digest>/<executable>.mlir` in the store of dispatch configurations."""
     variants = []
     for d in hot:
         for levels in candidate_levels(d.levels, limit=per_dispatch):
@@ -90,19 +92,26 @@ def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: i
                 continue
             files = {d.executable: text}
             digest = set_digest(files)
-            directory = store / digest
+            directory = iree.dispatch_configs_dir(digest)
             directory.mkdir(parents=True, exist_ok=True)
             for name, source in files.items():
                 (directory / f"{name}.mlir").write_text(source)
-            tiles = "/".join(",".join(map(str, s)) for _, s in levels)
-            variants.append(Variant(base.lowering, f"{base.flag_set}+{d.executable}[{tiles}]",
+            changed = "+".join(f"{name}={'x'.join(map(str, sizes))}"
+                               for (name, sizes), (_, was) in zip(levels, d.levels)
+                               if sizes != was)
+            variants.append(Variant(base.lowering, f"{base.flag_set}+{d.executable}:{changed}",
                                     (*base.flags, f"--edgekit-dispatch-configs={digest}")))
     return variants
 
 
 def configured_dispatches(options, base: Variant, work: Path) -> tuple[Bundle, list]:
     """The chosen variant built with IREE's configuration dump, and what the dump says."""
-    dump = work / "configured"
+    # the dump's path enters the build key: a fixed one per recipe, target and variant, and
+    # rebuilt in place (use_cache=False replaces the entry), so tuning again adds no entry
+    where = hashlib.sha256(json.dumps([str(Path(options.recipe).resolve()), options.target,
+                                       base.lowering, base.flags]).encode()).hexdigest()[:16]
+    dump = iree.dispatch_configs_root().parent / "configured" / where
+    shutil.rmtree(dump, ignore_errors=True)
     dumped = Variant(base.lowering, base.flag_set, (*base.flags, f"{DUMP_FLAG}{dump}"))
     result = build(BuildOptions(recipe=options.recipe, target=options.target,
                                 out=work / "configured-build", use_cache=False,
@@ -110,24 +119,59 @@ def configured_dispatches(options, base: Variant, work: Path) -> tuple[Bundle, l
     return result.bundle, read_configured(dump)
 
 
-def search_space(options, base: Variant, measure_here: bool, work: Path, say
-                 ) -> tuple[list[Variant], str]:
-    """(candidate variants, how the dispatches were ranked)."""
-    bundle, configured = configured_dispatches(options, base, work)
-    costs = None
-    how = "ranked by FLOPs (static)"
-    if measure_here:
+
+
+def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
+    """(the candidate builds should use, the dispatch candidates' results). `chosen` is the
+    tuner's choice (a CandidateResult); it stays unless a candidate clearly beats it."""
+    from edgekit.tune import tuner
+    base = Variant(chosen.lowering, chosen.flag_set, chosen.flags)
+    threads = (chosen.threads,)
+    with tempfile.TemporaryDirectory(prefix="edgekit-tune-dispatches-") as tmp:
+        work = Path(tmp)
+        say(f"reading IREE's dispatch configurations of {base.name}")
         try:
-            costs = profile_ms(bundle, work)
-            how = "ranked by IREE's HAL profile"
-        except (subprocess.SubprocessError, OSError, ValueError, KeyError, EdgekitError) as exc:
-            how = f"ranked by FLOPs (the HAL profile failed: {str(exc)[:120]})"
-    hot = hot_dispatches(configured, costs, options.dispatches)
-    say(f"searching tile sizes for {', '.join(d.function for d in hot) or 'no dispatch'} "
-        f"({how})")
-    return candidates_for(hot, base, options.per_dispatch, iree.dispatch_configs_dir("x").parent
-                          ), how
-
-
-def scratch() -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix="edgekit-tune-dispatches-")
+            dumped, configured = configured_dispatches(options, base, work)
+        except EdgekitError as exc:
+            say(f"no dispatch search: {tuner._one_line(exc)}")
+            return chosen, []
+        measure_here = options.host is None and tuner.runs_here(target)
+        costs, how = None, "ranked by FLOPs (static)"
+        if measure_here:
+            try:
+                costs = profile_ms(dumped, work)
+                how = "ranked by IREE's HAL profile"
+            except (subprocess.SubprocessError, OSError, ValueError, KeyError) as exc:
+                how = f"ranked by FLOPs (the HAL profile failed: {str(exc)[:120]})"
+        hot = hot_dispatches(configured, costs, options.dispatches)
+        say(f"searching tile sizes of {', '.join(d.function for d in hot) or 'no dispatch'} "
+            f"({how})")
+        variants = candidates_for(hot, base, options.per_dispatch)
+        built: list[tuple[Variant, Bundle]] = []
+        results = []
+        for i, variant in enumerate([base, *variants]):
+            say(f"building {variant.name} ({i + 1}/{len(variants) + 1})")
+            try:
+                bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
+                                            out=work / f"candidate-{i}", variant=variant,
+                                            use_cache=options.use_cache)).bundle
+            except EdgekitError as exc:
+                if variant is base:
+                    return chosen, []
+                results.append(tuner._result(variant, chosen.threads, "build-failed",
+                                             tuner._one_line(exc)))
+                continue
+            built.append((variant, bundle))
+        if len(built) < 2:
+            return chosen, results
+        measured = tuner.measure(options, target, built, threads, say)
+    again = next((r for r in measured if r.variant == base.name), None)
+    tried = [r for r in measured if r.variant != base.name]
+    valid = [r for r in tried if r.status == "ok"]
+    results += tried
+    if again is None or again.status != "ok" or not valid:
+        return chosen, results
+    best = min(valid, key=lambda r: r.p50_ms)
+    if tuner.clearly_faster(best, again):
+        return best, results
+    return chosen, results
