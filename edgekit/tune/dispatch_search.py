@@ -6,14 +6,18 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
 2. Rank the dispatches: on this machine by IREE's HAL profiler (iree-benchmark-module
    `--device_profiling_mode=host-execution`, read by `iree-profile dispatch`, as
    bench/dispatch_profile.py); for a target measured on a device, by the FLOPs IREE's
-   dispatch names give (no profiler run there yet: the ranking is static, and said so).
+   dispatch names give (no profiler run there: the ranking is static, and said so).
 3. For each, a few tile sizes around the compiler's (tune/dispatch_configs.py), each a
    candidate module: the variant's flags + `--edgekit-dispatch-configs=<sha256>` (the edited
-   executable, kept by content digest under $EDGEKIT_HOME/tuning/dispatch-configs/; the
+   executables, kept by content digest under $EDGEKIT_HOME/tuning/dispatch-configs/; the
    digest enters the build key, the tuning record and the manifest's TuningNote).
-4. Measure the candidates with the chosen variant as the tuner measures (validated,
-   interleaved rounds, same thread count) and keep one only if it clearly beats the variant
-   round by round (tuner.clearly_faster).
+4. Here: screen the candidates by their own dispatch's time in the HAL profile (interleaved
+   with the variant's, best of SCREEN_ROUNDS: a single kernel's time is far steadier than a
+   whole model's), keep each dispatch's best tiles when they beat the compiler's by
+   SCREEN_GAIN, and combine them into one set. On a device: every candidate goes on.
+5. Measure what is left against the chosen variant as the tuner measures everything
+   (validated, interleaved rounds, same thread count) and take it only if it clearly beats
+   the variant round by round (tuner.clearly_faster).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
@@ -80,28 +85,41 @@ def hot_dispatches(configured: list[ConfiguredDispatch], costs: dict[str, float]
     return [d for d in ranked if cost(d) > 0][:top]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    variant: Variant
+    dispatch: ConfiguredDispatch
+    files: dict[str, str]             # {executable: edited configured source}
+    label: str                        # dispatch:level=tiles (what changed)
+
+
 def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: int
-                   ) -> list[Variant]:
-    """One candidate variant per (dispatch, tile sizes); its edited executable is kept as
-    `<digest>/<executable>.mlir` in the store of dispatch configurations."""
-    variants = []
+                   ) -> list[Candidate]:
+    """One candidate per (dispatch, tile sizes)."""
+    out = []
     for d in hot:
         for levels in candidate_levels(d.levels, limit=per_dispatch):
             text = with_levels(d.source, d.lowering_config, levels)
             if text is None:
                 continue
-            files = {d.executable: text}
-            digest = set_digest(files)
-            directory = iree.dispatch_configs_dir(digest)
-            directory.mkdir(parents=True, exist_ok=True)
-            for name, source in files.items():
-                (directory / f"{name}.mlir").write_text(source)
             changed = "+".join(f"{name}={'x'.join(map(str, sizes))}"
                                for (name, sizes), (_, was) in zip(levels, d.levels)
                                if sizes != was)
-            variants.append(Variant(base.lowering, f"{base.flag_set}+{d.executable}:{changed}",
-                                    (*base.flags, f"--edgekit-dispatch-configs={digest}")))
-    return variants
+            label = f"{d.executable}:{changed}"
+            files = {d.executable: text}
+            out.append(Candidate(with_configs(base, files, label), d, files, label))
+    return out
+
+
+def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
+    """`base` with these substituted executables (stored by content digest)."""
+    digest = set_digest(files)
+    directory = iree.dispatch_configs_dir(digest)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in files.items():
+        (directory / f"{name}.mlir").write_text(source)
+    return Variant(base.lowering, f"{base.flag_set}+{label}",
+                   (*base.flags, f"--edgekit-dispatch-configs={digest}"))
 
 
 def configured_dispatches(options, base: Variant, work: Path) -> tuple[Bundle, list]:
@@ -121,12 +139,17 @@ def configured_dispatches(options, base: Variant, work: Path) -> tuple[Bundle, l
 
 
 
+SCREEN_ROUNDS = 3
+SCREEN_GAIN = 0.05
+
+
 def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
     """(the candidate builds should use, the dispatch candidates' results). `chosen` is the
     tuner's choice (a CandidateResult); it stays unless a candidate clearly beats it."""
     from edgekit.tune import tuner
     base = Variant(chosen.lowering, chosen.flag_set, chosen.flags)
     threads = (chosen.threads,)
+    results: list = []
     with tempfile.TemporaryDirectory(prefix="edgekit-tune-dispatches-") as tmp:
         work = Path(tmp)
         say(f"reading IREE's dispatch configurations of {base.name}")
@@ -135,43 +158,109 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         except EdgekitError as exc:
             say(f"no dispatch search: {tuner._one_line(exc)}")
             return chosen, []
-        measure_here = options.host is None and tuner.runs_here(target)
-        costs, how = None, "ranked by FLOPs (static)"
-        if measure_here:
-            try:
-                costs = profile_ms(dumped, work)
-                how = "ranked by IREE's HAL profile"
-            except (subprocess.SubprocessError, OSError, ValueError, KeyError) as exc:
-                how = f"ranked by FLOPs (the HAL profile failed: {str(exc)[:120]})"
+        here = options.host is None and tuner.runs_here(target)
+        costs = _profile_or_none(dumped, work) if here else None
+        how = "ranked by IREE's HAL profile" if costs else "ranked by FLOPs (static)"
         hot = hot_dispatches(configured, costs, options.dispatches)
         say(f"searching tile sizes of {', '.join(d.function for d in hot) or 'no dispatch'} "
             f"({how})")
-        variants = candidates_for(hot, base, options.per_dispatch)
-        built: list[tuple[Variant, Bundle]] = []
-        results = []
-        for i, variant in enumerate([base, *variants]):
-            say(f"building {variant.name} ({i + 1}/{len(variants) + 1})")
+        candidates = candidates_for(hot, base, options.per_dispatch)
+
+        def build_one(variant: Variant, i: int) -> Bundle | None:
+            say(f"building {variant.name}")
             try:
-                bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
-                                            out=work / f"candidate-{i}", variant=variant,
-                                            use_cache=options.use_cache)).bundle
+                return build(BuildOptions(recipe=options.recipe, target=options.target,
+                                          out=work / f"candidate-{i}", variant=variant,
+                                          use_cache=options.use_cache)).bundle
             except EdgekitError as exc:
-                if variant is base:
-                    return chosen, []
                 results.append(tuner._result(variant, chosen.threads, "build-failed",
                                              tuner._one_line(exc)))
-                continue
-            built.append((variant, bundle))
-        if len(built) < 2:
+                return None
+
+        base_bundle = build_one(base, 0)
+        if base_bundle is None:
+            return chosen, []
+        built = [(c, b) for i, c in enumerate(candidates, start=1)
+                 if (b := build_one(c.variant, i)) is not None]
+        if costs:
+            winners, notes = screen(base_bundle, built, work, say)
+            results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
+                        for c, _ in built if c not in winners]
+            to_measure = []
+            if winners:
+                files = {k: v for c in winners for k, v in c.files.items()}
+                label = "+".join(c.label for c in winners) if len(winners) > 1 \
+                    else winners[0].label
+                variant = with_configs(base, files, label)
+                bundle = build_one(variant, len(candidates) + 1)
+                if bundle is not None:
+                    to_measure.append((variant, bundle, "; ".join(notes[c.label]
+                                                                  for c in winners)))
+        else:
+            to_measure = [(c.variant, b, "") for c, b in built]
+        if not to_measure:
             return chosen, results
-        measured = tuner.measure(options, target, built, threads, say)
+        measured = tuner.measure(options, target, [(base, base_bundle),
+                                                   *[(v, b) for v, b, _ in to_measure]],
+                                 threads, say)
+    why = {v.name: note for v, _, note in to_measure}
     again = next((r for r in measured if r.variant == base.name), None)
-    tried = [r for r in measured if r.variant != base.name]
-    valid = [r for r in tried if r.status == "ok"]
+    tried = [r.model_copy(update={"reason": "; ".join(filter(None, (why.get(r.variant),
+                                                                     r.reason)))})
+             for r in measured if r.variant != base.name]
     results += tried
+    valid = [r for r in tried if r.status == "ok"]
     if again is None or again.status != "ok" or not valid:
         return chosen, results
     best = min(valid, key=lambda r: r.p50_ms)
-    if tuner.clearly_faster(best, again):
-        return best, results
-    return chosen, results
+    return (best if tuner.clearly_faster(best, again) else chosen), results
+
+
+def _profile_or_none(bundle: Bundle, work: Path) -> dict[str, float] | None:
+    try:
+        return profile_ms(bundle, work)
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, EdgekitError):
+        return None      # ranked by FLOPs instead (the progress line says so)
+
+
+def screen(base: Bundle, built: list, work: Path, say
+           ) -> tuple[list[Candidate], dict[str, str]]:
+    """(per dispatch, the candidate whose own dispatch time beats the compiler's tiles by
+    SCREEN_GAIN, if any; a note per candidate). Times: best of SCREEN_ROUNDS interleaved
+    HAL profiles, ms per inference of that dispatch."""
+    best: dict[str, float] = {}
+    times: dict[str, float] = {}
+    for r in range(SCREEN_ROUNDS):
+        say(f"screening tile sizes by the HAL profile (round {r + 1}/{SCREEN_ROUNDS})")
+        base_costs = _profile_or_none(base, work) or {}
+        for d in {c.dispatch.function for c, _ in built}:
+            ms = _dispatch_ms(base_costs, d)
+            if ms is not None:
+                best[d] = min(best.get(d, ms), ms)
+        for c, bundle in built:
+            ms = _dispatch_ms(_profile_or_none(bundle, work) or {}, c.dispatch.function)
+            if ms is not None:
+                times[c.label] = min(times.get(c.label, ms), ms)
+    winners: dict[str, Candidate] = {}
+    notes = {}
+    for c, _ in built:
+        was, now = best.get(c.dispatch.function), times.get(c.label)
+        if was is None or now is None:
+            notes[c.label] = f"{c.label}: not in the HAL profile"
+            continue
+        notes[c.label] = f"{c.dispatch.function}: {_rate(c.dispatch.function, was)} → " \
+                         f"{_rate(c.dispatch.function, now)} (HAL profile)"
+        held = winners.get(c.dispatch.executable)
+        if now < was * (1 - SCREEN_GAIN) and (held is None or now < times[held.label]):
+            winners[c.dispatch.executable] = c
+    return list(winners.values()), notes
+
+
+def _dispatch_ms(costs: dict[str, float], function: str) -> float | None:
+    found = [ms for key, ms in costs.items() if key.startswith(function)]
+    return sum(found) if found else None
+
+
+def _rate(function: str, ms: float) -> str:
+    flops = flop_count(function)
+    return f"{ms:.3f} ms" + (f" ({flops / ms / 1e6:.0f} GFLOP/s)" if flops else "")

@@ -32,7 +32,8 @@ def one_matmul_candidate(recipe: Path, target: str, work: Path) -> Variant:
     matmuls = [d for d in configured if "matmul" in d.function]
     assert matmuls, [d.function for d in configured]
     assert dict(matmuls[0].levels)["distribution"]          # what the compiler chose
-    [variant] = candidates_for(matmuls[:1], BASE, per_dispatch=1)
+    [candidate] = candidates_for(matmuls[:1], BASE, per_dispatch=1)
+    variant = candidate.variant
     assert variant.flags[-1].startswith("--edgekit-dispatch-configs=")
     return variant
 
@@ -66,7 +67,9 @@ def test_tune_measures_dispatch_candidates_and_builds_use_its_choice(write_recip
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     tried = [c for c in record["candidates"] if "+main_dispatch_" in c["flag_set"]]
-    assert tried and all(c["status"] == "ok" for c in tried), tried
+    # screened by their dispatch's time in the HAL profile, the winners measured as a whole
+    assert tried and all(c["status"] in ("ok", "screened-out") for c in tried), tried
+    assert all("HAL profile" in c["reason"] for c in tried), tried
     assert all(c["flags"][-1].startswith("--edgekit-dispatch-configs=") for c in tried)
     built = edgekit("build", "--recipe", str(recipe), "--target", "host", "--json")
     assert built.returncode == 0, built.stderr
