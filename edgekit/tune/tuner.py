@@ -88,7 +88,7 @@ class TuneOptions:
     repetitions: int = 30             # measured calls per candidate and thread count
     use_cache: bool = True
     dispatches: int = 0               # then search tile sizes of this many hot dispatches
-    per_dispatch: int = 3             # tile-size candidates per dispatch
+    per_dispatch: int = 4             # tile-size candidates per dispatch
 
 
 Progress = Callable[[str], None]
