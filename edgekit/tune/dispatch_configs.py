@@ -24,6 +24,8 @@ vector tile halved and doubled (`candidate_levels`).
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 
 Levels = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -140,3 +142,22 @@ def _scaled(d: int, vec: tuple[int, ...], i: int, factor: float) -> int:
     return max(step, scaled - scaled % step)
 
 
+_SHAPED = re.compile(r"_(conv|matmul_like|batch_matmul|matmul)_((?:\d+x)+\d+)_f")
+
+
+def flop_count(name: str) -> float | None:
+    """2·∏dims of IREE's conv/matmul dispatch names (see bench/dispatch_profile.py)."""
+    m = _SHAPED.search(name)
+    return 2.0 * math.prod(int(d) for d in m.group(2).split("x")) if m else None
+
+
+def hot_dispatches(configured: list, costs: dict[str, float] | None,
+                   top: int) -> list:
+    """The `top` configured dispatches that cost the most (by measured ms, else by FLOPs)."""
+    def cost(d) -> float:
+        if costs is not None:
+            return max((ms for key, ms in costs.items() if key.startswith(d.function)),
+                       default=0.0)
+        return flop_count(d.function) or 0.0
+    ranked = sorted(configured, key=cost, reverse=True)
+    return [d for d in ranked if cost(d) > 0][:top]

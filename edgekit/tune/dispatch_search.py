@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import re
 import shutil
 import subprocess
 import tempfile
@@ -37,16 +35,10 @@ from edgekit.models.bundle import Bundle
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
-from edgekit.tune.dispatch_configs import candidate_levels, set_digest, with_levels
+from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
+                                           set_digest, with_levels)
 
-_SHAPED = re.compile(r"_(conv|matmul_like|batch_matmul|matmul)_((?:\d+x)+\d+)_f")
 DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
-
-
-def flop_count(name: str) -> float | None:
-    """2·∏dims of IREE's conv/matmul dispatch names (see bench/dispatch_profile.py)."""
-    m = _SHAPED.search(name)
-    return 2.0 * math.prod(int(d) for d in m.group(2).split("x")) if m else None
 
 
 def profile_ms(bundle: Bundle, work: Path, iterations: int = 5) -> dict[str, float]:
@@ -74,18 +66,6 @@ def profile_ms(bundle: Bundle, work: Path, iterations: int = 5) -> dict[str, flo
             # 2-3× between runs while a kernel's fastest call holds within ~1-2%
             costs[g["key"]] = costs.get(g["key"], 0.0) + g["min_ns"] / 1e6 * g["count"] / runs
     return costs
-
-
-def hot_dispatches(configured: list[ConfiguredDispatch], costs: dict[str, float] | None,
-                   top: int) -> list[ConfiguredDispatch]:
-    """The `top` configured dispatches that cost the most (by measured ms, else by FLOPs)."""
-    def cost(d: ConfiguredDispatch) -> float:
-        if costs is not None:
-            return max((ms for key, ms in costs.items() if key.startswith(d.function)),
-                       default=0.0)
-        return flop_count(d.function) or 0.0
-    ranked = sorted(configured, key=cost, reverse=True)
-    return [d for d in ranked if cost(d) > 0][:top]
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ the edit of a configured executable, the digest that names a configuration set."
 import pytest
 
 from edgekit.config.edgekit_flags import parse_edgekit_flags
-from edgekit.tune.dispatch_configs import (candidate_levels, lowering_config, set_digest,
-                                           with_levels)
+from edgekit.toolchain.iree_configs import ConfiguredDispatch
+from edgekit.tune.dispatch_configs import (candidate_levels, hot_dispatches, lowering_config,
+                                           set_digest, with_levels)
 
 MATMUL = (("distribution", (64, 64, 0)), ("vector_common_parallel", (8, 16, 0)),
           ("vector_reduction", (0, 0, 16)))
@@ -99,3 +100,21 @@ def test_the_flag_takes_a_digest_and_nothing_else():
     for bad in ("../../etc", "abc", digest.upper(), digest + "0"):
         with pytest.raises(ValueError, match="edgekit option"):
             parse_edgekit_flags((f"--edgekit-dispatch-configs={bad}",))
+
+
+def _configured(function: str) -> ConfiguredDispatch:
+    return ConfiguredDispatch(executable=function.split("_")[0], function=function,
+                              root_name="linalg.generic", levels=MATMUL, lowering_config="",
+                              translation_info="", source="")
+
+
+def test_hot_dispatches_are_ranked_by_measured_time_else_by_flops():
+    small, big, copy = (_configured("main_dispatch_1_matmul_8x8x8_f32"),
+                        _configured("main_dispatch_2_conv_64x56x56x64x3x3_f32"),
+                        _configured("main_dispatch_3_slow_memcpy"))
+    measured = {"main_dispatch_1_matmul_8x8x8_f32": 2.0,
+                "main_dispatch_2_conv_64x56x56x64x3x3_f32": 0.5,
+                "main_dispatch_3_slow_memcpy": 1.0}
+    assert hot_dispatches([small, big, copy], measured, 2) == [small, copy]
+    # statically: by FLOPs from IREE's names, and a dispatch without a shape is not guessed at
+    assert hot_dispatches([small, big, copy], None, 3) == [big, small]
