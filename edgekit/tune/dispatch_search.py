@@ -10,7 +10,10 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
 3. For each, a few tile sizes around the compiler's (tune/dispatch_configs.py), each a
    candidate module: the variant's flags + `--edgekit-dispatch-configs=<sha256>` (the edited
    executables, kept by content digest under $EDGEKIT_HOME/tuning/dispatch-configs/; the
-   digest enters the build key, the tuning record and the manifest's TuningNote).
+   digest enters the build key, the tuning record and the manifest's TuningNote). Each
+   edited executable is compiled on its own first (`--compile-mode=hal-executable`, ~1 s):
+   tiles IREE rejects, and dispatches whose printed configuration does not compile again,
+   cost no model build.
 4. Here: screen the candidates by their own dispatch's time in the HAL profile (interleaved
    with the variant's, best of SCREEN_ROUNDS: a single kernel's time is far steadier than a
    whole model's), keep each dispatch's best tiles when they beat the compiler's by
@@ -145,10 +148,29 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         here = options.host is None and tuner.runs_here(target)
         costs = _profile_or_none(dumped, work) if here else None
         how = "ranked by IREE's HAL profile" if costs else "ranked by FLOPs (static)"
-        hot = hot_dispatches(configured, costs, options.dispatches)
+        # IREE's configured source of some dispatches does not compile again as printed
+        # (ResNet18-like's 7x7 stem convolution: an llvm.getelementptr with a dynamic-index
+        # sentinel): each executable is compiled alone first (~1 s, not a model build)
+        hot = []
+        for d in hot_dispatches(configured, costs, len(configured)):
+            if len(hot) == options.dispatches:
+                break
+            problem = compiles_alone(d.source, work)
+            if problem is None:
+                hot.append(d)
+            else:
+                say(f"skipping {d.function}: its configured source does not compile again "
+                    f"({problem})")
         say(f"searching tile sizes of {', '.join(d.function for d in hot) or 'no dispatch'} "
             f"({how})")
-        candidates = candidates_for(hot, base, options.per_dispatch)
+        candidates = []
+        for c in candidates_for(hot, base, options.per_dispatch):
+            problem = compiles_alone(c.files[c.dispatch.executable], work)
+            if problem is None:
+                candidates.append(c)
+            else:
+                results.append(tuner._result(c.variant, chosen.threads, "build-failed",
+                                             f"IREE rejects these tiles: {problem}"))
 
         def build_one(variant: Variant, i: int) -> Bundle | None:
             say(f"building {variant.name}")
@@ -198,6 +220,18 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         return chosen, results
     best = min(valid, key=lambda r: r.p50_ms)
     return (best if tuner.clearly_faster(best, again) else chosen), results
+
+
+def compiles_alone(source: str, work: Path) -> str | None:
+    """None when a configured executable compiles on its own, else IREE's first error line."""
+    path = work / "alone.mlir"
+    path.write_text(source)
+    try:
+        iree.compile_module(path, work / "alone.so", ("--compile-mode=hal-executable",))
+    except iree.CompileFailure as failure:
+        lines = [ln.strip() for ln in failure.diagnostics.splitlines() if "error" in ln]
+        return (lines or ["does not compile"])[0][:200]
+    return None
 
 
 def _profile_or_none(bundle: Bundle, work: Path) -> dict[str, float] | None:
