@@ -4,22 +4,29 @@ it needs. They are consumed before lowering and never reach iree-compile."""
 
 from __future__ import annotations
 
+import re
+
 PREFIX = "--edgekit-"
-OPTIONS = {"convs-as-matmul": "max output pixels (an integer >= 1)"}
+OPTIONS = {"convs-as-matmul": "max output pixels (an integer >= 1)",
+           # per-dispatch configurations `edgekit tune` found (tune/dispatch_configs.py), by
+           # the sha256 of their content: the digest, not a path, enters the build key
+           "dispatch-configs": "sha256 of a tuned dispatch configuration set (64 hex digits)"}
+_VALID = {"convs-as-matmul": lambda v: v.isdigit() and int(v) >= 1,
+          "dispatch-configs": lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None}
 
 
-def parse_edgekit_flags(flags: tuple[str, ...]) -> dict[str, int]:
+def parse_edgekit_flags(flags: tuple[str, ...]) -> dict[str, int | str]:
     """{option: value} of the `--edgekit-…` flags; ValueError for an unknown or bad one."""
-    options: dict[str, int] = {}
+    options: dict[str, int | str] = {}
     for flag in flags:
         if not flag.startswith(PREFIX):
             continue
         name, _, value = flag[len(PREFIX):].partition("=")
-        if name not in OPTIONS or not value.isdigit() or int(value) < 1:
-            known = ", ".join(f"{PREFIX}{k}=N ({v})" for k, v in OPTIONS.items())
+        if name not in OPTIONS or not _VALID[name](value):
+            known = ", ".join(f"{PREFIX}{k}=… ({v})" for k, v in OPTIONS.items())
             raise ValueError(f"unknown or malformed edgekit option {flag!r}; edgekit's own "
                              f"options: {known}")
-        options[name] = int(value)
+        options[name] = int(value) if name == "convs-as-matmul" else value
     return options
 
 

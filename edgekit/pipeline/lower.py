@@ -198,10 +198,12 @@ def compile_variants(compiled: CompiledModule, target: Target, workdir: Path
 
 
 def variant_flags(flags: tuple[str, ...], cpu: CpuSpec) -> tuple[str, ...]:
-    """`flags` with the target CPU (and triple, features) of `cpu` instead of the baseline's."""
+    """`flags` with the target CPU (and triple, features) of `cpu` instead of the baseline's.
+    Tuned dispatch configurations are dropped: they carry the baseline CPU's target."""
     kept = [f for f in flags if not f.startswith(("--iree-llvmcpu-target-cpu=",
                                                   "--iree-llvmcpu-target-cpu-features=",
-                                                  "--iree-llvmcpu-target-triple="))]
+                                                  "--iree-llvmcpu-target-triple=",
+                                                  "--iree-hal-substitute-executable-"))]
     at = next((i for i, f in enumerate(kept) if f.startswith("--iree-hal-target-backends=")),
               len(kept) - 1) + 1
     own = [*([f"--iree-llvmcpu-target-triple={cpu.triple}"] if cpu.triple else []),

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from edgekit.config.edgekit_flags import without_edgekit_flags
+from edgekit.config.edgekit_flags import parse_edgekit_flags, without_edgekit_flags
+from edgekit.config.paths import edgekit_home
 from edgekit.config.profiles import Target
-from edgekit.errors import ToolError
+from edgekit.errors import ConfigError, ToolError
 from edgekit.toolchain.runner import run_tool
 
 # What each lowering hands IREE as its input dialect (unless the import provides the lowering's
@@ -54,7 +55,32 @@ def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = (),
         mode_flags = (*MODE_FLAGS.get(quantize_mode, ()),
                       *target.quantize_flags.get(quantize_mode, ()))
     return (f"--iree-input-type={input_type}", *target_flags(target), *mode_flags,
-            *without_edgekit_flags(extra))
+            *without_edgekit_flags(extra), *dispatch_config_flags(extra))
+
+
+def dispatch_configs_dir(digest: str) -> Path:
+    """Where `edgekit tune` keeps a set of per-dispatch configurations, by content digest."""
+    return dispatch_configs_root() / digest
+
+
+def dispatch_configs_root() -> Path:
+    return edgekit_home() / "tuning" / "dispatch-configs"
+
+
+def dispatch_config_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """`--edgekit-dispatch-configs=DIGEST` as iree-compile's substitution of configured
+    executables (each `<executable>.mlir` in the set replaces that hal.executable after
+    strategy selection: tune/dispatch_configs.py)."""
+    digest = parse_edgekit_flags(flags).get("dispatch-configs")
+    if digest is None:
+        return ()
+    directory = dispatch_configs_dir(str(digest))
+    if not directory.is_dir():
+        raise ConfigError(f"tuned dispatch configurations {str(digest)[:12]}… are not in "
+                          f"{directory.parent}", key="--edgekit-dispatch-configs",
+                          hint="run `edgekit tune` again for this model and target (or build "
+                               "with --no-tuned)")
+    return (f"--iree-hal-substitute-executable-configurations-from={directory}",)
 
 
 def driver_for_threads(driver: str, threads: int) -> str:

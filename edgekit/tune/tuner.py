@@ -96,6 +96,8 @@ class TuneOptions:
     rounds: int = 5
     repetitions: int = 30             # measured calls per candidate and thread count
     use_cache: bool = True
+    dispatches: int = 0               # then search tile sizes of this many hot dispatches
+    per_dispatch: int = 4             # tile-size candidates per dispatch
 
 
 Progress = Callable[[str], None]
@@ -144,6 +146,10 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
     default_variant = next((f"{lw}/{DEFAULT_SET}" for lw in target.lowering
                             if any(r.variant == f"{lw}/{DEFAULT_SET}" for r in valid)), "")
     chosen, default = choose(valid, default_variant)
+    if options.dispatches > 0:
+        from edgekit.tune.dispatch_search import search_dispatches
+        chosen, searched = search_dispatches(options, target, chosen, say)
+        results += searched
     fastest = min(valid, key=lambda r: r.p50_ms)
     say(f"chosen {chosen.variant} at {chosen.threads} thread(s) (measured {runtime})")
     paired = paired_gain(fastest, default) if default is not None else None
@@ -383,6 +389,14 @@ def _tune_on_device(options: TuneOptions, target: Target, built: list[tuple[Vari
         for t, rounds in per_thread.items():
             results.append(_scored(variant, t, rounds, bundle.module.stat().st_size))
     return results
+
+
+def measure(options: TuneOptions, target: Target, built: list[tuple[Variant, Bundle]],
+            threads: tuple[int, ...], say: Progress) -> list[CandidateResult]:
+    """Validate and benchmark built candidates where the target runs (tune/dispatch_search)."""
+    if options.host is None and runs_here(target):
+        return _tune_here(options, built, threads, say)
+    return _tune_on_device(options, target, built, threads, say)
 
 
 # --- the record that builds use ----------------------------------------------------------------

@@ -1,0 +1,163 @@
+"""Per-dispatch tile sizes for IREE's llvm-cpu codegen (pure: text in, text out).
+
+IREE's llvm-cpu codegen takes each dispatch's tile sizes from the `#iree_cpu.lowering_config`
+its strategy selection puts on the dispatch's root op. `edgekit tune` reads what it chose from
+the configured executables (`--iree-hal-dump-executable-configurations-to`,
+toolchain/iree_configs.py), edits the root op's tile sizes in one executable, and hands the
+edited executable back with `--iree-hal-substitute-executable-configurations-from=DIR` (a
+file `<executable>.mlir` replaces that executable after selection, before translation).
+
+Why not a tuning spec (`--iree-codegen-tuning-spec-path`): on llvm-cpu in IREE 3.13 the spec
+runs (MaterializeUserConfigs) before encoding materialization and batch-dim insertion, so
+a data-tiled matmul is still a `linalg.matmul` with encodings there (its config would have to
+fit the later `linalg.mmt4d`) and batchless convolutions have one loop fewer: a spec written
+from the configured IR never matches. A substitution edits the configuration the compiler
+would use, exactly where it uses it. It is tied to the module it was made from (same model,
+flags, target), which is what a tuning record is keyed on.
+
+The search (tune/dispatch_search.py) starts from the tile sizes the compiler chose and tries a
+few around them: the outer (distribution) tiles halved and doubled, the register tile
+(vector_common_parallel) moved to or spread over another loop, and the outermost reduction's
+vector tile halved and doubled (`candidate_levels`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+Levels = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def lowering_config(levels: Levels) -> str:
+    """The printed `#iree_cpu.lowering_config` of these tile sizes (as IREE prints it)."""
+    body = ", ".join(f"{name} = [{', '.join(map(str, sizes))}]" for name, sizes in levels)
+    return f"#iree_cpu.lowering_config<{body}>"
+
+
+def with_levels(source: str, config: str, levels: Levels) -> str | None:
+    """The configured executable `source` with its root op's `config` replaced by `levels`;
+    None when that configuration is not printed exactly once (nothing safe to edit)."""
+    old = f"lowering_config = {config}"
+    if source.count(old) != 1:
+        return None
+    return source.replace(old, f"lowering_config = {lowering_config(levels)}")
+
+
+def set_digest(files: dict[str, str]) -> str:
+    """The content digest of a set of substitutions {executable: source}: names and texts."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    return h.hexdigest()
+
+
+def candidate_levels(levels: Levels, limit: int = 6, vector_moves: bool = True
+                     ) -> list[Levels]:
+    """Tile sizes around the compiler's choice (not the choice itself), nearest first, the
+    kinds interleaved so that a small `limit` still tries each: every parallel distribution
+    tile ×½; the register tile spread over two loops (8 lanes on another distributed loop,
+    4 on the widest); every distribution tile ×2; the register tile moved to another loop
+    (16 or 8 lanes there, 1 elsewhere); the outermost reduction's vector tile ×½ and ×2; the
+    register tile's widest loop halved; each distribution tile alone ×½ / ×2. Distribution
+    tiles stay multiples of the register tile. `vector_moves=False` keeps the register tile
+    (mmt4d: it is the data-tiling layout's inner tile)."""
+    table = dict(levels)
+    dist = table.get("distribution")
+    vec = table.get("vector_common_parallel")
+    red = table.get("vector_reduction")
+    out: list[Levels] = []
+
+    def add(**changed: tuple[int, ...]) -> None:
+        new = tuple((n, changed.get(n, s)) for n, s in levels)
+        new_dist, new_vec = dict(new).get("distribution"), dict(new).get("vector_common_parallel")
+        if new_dist and new_vec and any(v and (d % v or d < v) for d, v in
+                                        zip(new_dist, new_vec) if d):
+            return        # a register tile that does not divide its distribution tile
+        if new != levels and new not in out:
+            out.append(new)
+
+    moved, spread, halved = (_vector_moves(dist, vec) if vector_moves and dist and vec
+                             else (None, None, None))
+    if dist:
+        add(distribution=tuple(_scaled(d, vec or (), i, 0.5) for i, d in enumerate(dist)))
+    if spread:
+        add(vector_common_parallel=spread)
+    if dist:
+        add(distribution=tuple(_scaled(d, vec or (), i, 2.0) for i, d in enumerate(dist)))
+    if moved:
+        add(vector_common_parallel=moved)
+    first_red = next((i for i, r in enumerate(red or ()) if r), None)
+    if red and first_red is not None:
+        # the outermost reduced loop only (the inner ones: a conv window, mmt4d's K0)
+        for factor in (0.5, 2.0):
+            r = max(1, int(red[first_red] * factor))
+            add(vector_reduction=red[:first_red] + (r,) + red[first_red + 1:])
+    if halved:
+        add(vector_common_parallel=halved)
+    if dist:
+        for i, d in enumerate(dist):
+            for factor in (0.5, 2.0):
+                if d:
+                    add(distribution=dist[:i] + (_scaled(d, vec or (), i, factor),)
+                        + dist[i + 1:])
+    return out[:limit]
+
+
+def _vector_moves(dist: tuple[int, ...], vec: tuple[int, ...]):
+    """(register tile moved to another distributed loop, spread over two, widest halved).
+    The compiler vectorizes one loop, often the innermost output loop; when that loop reads
+    its input with a stride (a strided 1x1 convolution as matmul_like), every vector is a
+    gather: ResNet18-like's 28-lane tile on such a loop took 143 ms where 8x4 lanes on the
+    output channels and that loop took 0.43 ms (measured here, HAL profile)."""
+    if len(vec) != len(dist):
+        return None, None, None
+    widest = max(range(len(vec)), key=lambda i: vec[i])
+    if vec[widest] <= 1:
+        return None, None, None
+    others = [i for i, d in enumerate(dist) if d and i != widest and vec[i] <= 1]
+    moved = spread = None
+    for j in others:
+        lanes = next((n for n in (16, 8) if dist[j] % n == 0), None)
+        if lanes and moved is None:
+            moved = tuple(lanes if i == j else (min(v, 1) if i < len(dist) and dist[i] else v)
+                          for i, v in enumerate(vec))
+        if dist[j] % 8 == 0 and spread is None and vec[widest] % 4 == 0:
+            spread = tuple(8 if i == j else 4 if i == widest else
+                           (min(v, 1) if dist[i] else v) for i, v in enumerate(vec))
+    halved = None
+    if vec[widest] % 2 == 0:
+        halved = vec[:widest] + (vec[widest] // 2,) + vec[widest + 1:]
+    return moved, spread, halved
+
+
+def _scaled(d: int, vec: tuple[int, ...], i: int, factor: float) -> int:
+    """`d` × factor, not below (and a multiple of) the vector tile of that loop; 0 stays 0
+    (a loop not distributed)."""
+    if d == 0:
+        return 0
+    step = vec[i] if i < len(vec) and vec[i] > 0 else 1
+    scaled = max(step, int(d * factor))
+    return max(step, scaled - scaled % step)
+
+
+_SHAPED = re.compile(r"_(conv|matmul_like|batch_matmul|matmul)_((?:\d+x)+\d+)_f")
+
+
+def flop_count(name: str) -> float | None:
+    """2·∏dims of IREE's conv/matmul dispatch names (see bench/dispatch_profile.py)."""
+    m = _SHAPED.search(name)
+    return 2.0 * math.prod(int(d) for d in m.group(2).split("x")) if m else None
+
+
+def hot_dispatches(configured: list, costs: dict[str, float] | None,
+                   top: int) -> list:
+    """The `top` configured dispatches that cost the most (by measured ms, else by FLOPs)."""
+    def cost(d) -> float:
+        if costs is not None:
+            return max((ms for key, ms in costs.items() if key.startswith(d.function)),
+                       default=0.0)
+        return flop_count(d.function) or 0.0
+    ranked = sorted(configured, key=cost, reverse=True)
+    return [d for d in ranked if cost(d) > 0][:top]

@@ -1,0 +1,294 @@
+"""`edgekit tune --dispatches N`: after the lowering × flag set × threads choice, search tile
+sizes for the N dispatches that cost the most, starting from what the compiler chose.
+
+1. Build the chosen variant once more with IREE's configuration dump
+   (toolchain/iree_configs.py: each dispatch's root op and its tile sizes).
+2. Rank the dispatches: on this machine by IREE's HAL profiler (iree-benchmark-module
+   `--device_profiling_mode=host-execution`, read by `iree-profile dispatch`, as
+   bench/dispatch_profile.py); for a target measured on a device, by the FLOPs IREE's
+   dispatch names give (no profiler run there: the ranking is static, and said so).
+3. For each, a few tile sizes around the compiler's (tune/dispatch_configs.py), each a
+   candidate module: the variant's flags + `--edgekit-dispatch-configs=<sha256>` (the edited
+   executables, kept by content digest under $EDGEKIT_HOME/tuning/dispatch-configs/; the
+   digest enters the build key, the tuning record and the manifest's TuningNote). Each
+   edited executable is compiled on its own first (`--compile-mode=hal-executable`, ~1 s):
+   tiles IREE rejects, and dispatches whose printed configuration does not compile again,
+   cost no model build.
+4. Here: screen the candidates by their own dispatch's time in the HAL profile (interleaved
+   with the variant's, best of SCREEN_ROUNDS: a single kernel's time is far steadier than a
+   whole model's), keep each dispatch's best tiles when they beat the compiler's by
+   SCREEN_GAIN, and combine them into one set. On a device: every candidate goes on.
+5. Measure what is left against the chosen variant as the tuner measures everything
+   (validated, interleaved rounds, same thread count) and take it only if it clearly beats
+   the variant round by round (tuner.clearly_faster).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.errors import EdgekitError
+from edgekit.models.bundle import Bundle
+from edgekit.pipeline.build import BuildOptions, Variant, build
+from edgekit.toolchain import iree
+from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
+from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
+                                           set_digest, with_levels)
+
+DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
+
+
+def profile_ms(bundle: Bundle, work: Path, iterations: int = 5) -> dict[str, float]:
+    """{dispatch function: ms per inference at its fastest call} from IREE's HAL profiler
+    (local-sync, 1 thread)."""
+    m = bundle.manifest
+    trace = work / "run.ireeprof"
+    out = subprocess.run(
+        [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
+         "--device=local-sync", f"--function={m.entry_function}",
+         *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
+         f"--benchmark_min_time={iterations}x", "--benchmark_format=json",
+         "--device_profiling_mode=host-execution,executable-metadata",
+         f"--device_profiling_output={trace}"],
+        check=True, capture_output=True, text=True, timeout=1800).stdout
+    runs = json.loads(out)["benchmarks"][0]["iterations"]
+    groups = subprocess.run([iree.tool_path("iree-profile"), "dispatch", "--format=jsonl",
+                             str(trace)], check=True, capture_output=True, text=True,
+                            timeout=600).stdout
+    costs: dict[str, float] = {}
+    for line in groups.splitlines():
+        g = json.loads(line)
+        if g.get("type") == "host_dispatch_group":
+            # the fastest call × calls per inference: on a shared machine the totals swing
+            # 2-3× between runs while a kernel's fastest call holds within ~1-2%
+            costs[g["key"]] = costs.get(g["key"], 0.0) + g["min_ns"] / 1e6 * g["count"] / runs
+    return costs
+
+
+@dataclass(frozen=True)
+class Candidate:
+    variant: Variant
+    dispatch: ConfiguredDispatch
+    files: dict[str, str]             # {executable: edited configured source}
+    label: str                        # dispatch:level=tiles (what changed)
+
+
+def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: int
+                   ) -> list[Candidate]:
+    """One candidate per (dispatch, tile sizes)."""
+    out = []
+    for d in hot:
+        for levels in candidate_levels(d.levels, limit=per_dispatch,
+                                       vector_moves=d.root_name != "linalg.mmt4d"):
+            text = with_levels(d.source, d.lowering_config, levels)
+            if text is None:
+                continue
+            changed = "+".join(f"{name}={'x'.join(map(str, sizes))}"
+                               for (name, sizes), (_, was) in zip(levels, d.levels)
+                               if sizes != was)
+            label = f"{d.executable}:{changed}"
+            files = {d.executable: text}
+            out.append(Candidate(with_configs(base, files, label), d, files, label))
+    return out
+
+
+def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
+    """`base` with these substituted executables (stored by content digest)."""
+    digest = set_digest(files)
+    directory = iree.dispatch_configs_dir(digest)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in files.items():
+        (directory / f"{name}.mlir").write_text(source)
+    return Variant(base.lowering, f"{base.flag_set}+{label}",
+                   (*base.flags, f"--edgekit-dispatch-configs={digest}"))
+
+
+def configured_dispatches(options, base: Variant, work: Path) -> tuple[Bundle, list]:
+    """The chosen variant built with IREE's configuration dump, and what the dump says."""
+    # the dump's path enters the build key: a fixed one per recipe, target and variant, and
+    # rebuilt in place (use_cache=False replaces the entry), so tuning again adds no entry
+    where = hashlib.sha256(json.dumps([str(Path(options.recipe).resolve()), options.target,
+                                       base.lowering, base.flags]).encode()).hexdigest()[:16]
+    dump = iree.dispatch_configs_root().parent / "configured" / where
+    shutil.rmtree(dump, ignore_errors=True)
+    dumped = Variant(base.lowering, base.flag_set, (*base.flags, f"{DUMP_FLAG}{dump}"))
+    result = build(BuildOptions(recipe=options.recipe, target=options.target,
+                                out=work / "configured-build", use_cache=False,
+                                variant=dumped, use_tuned=False))
+    return result.bundle, read_configured(dump)
+
+
+
+
+SCREEN_ROUNDS = 2
+SCREEN_GAIN = 0.05
+
+
+def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
+    """(the candidate builds should use, the dispatch candidates' results). `chosen` is the
+    tuner's choice (a CandidateResult); it stays unless a candidate clearly beats it."""
+    from edgekit.tune import tuner
+    base = Variant(chosen.lowering, chosen.flag_set, chosen.flags)
+    threads = (chosen.threads,)
+    results: list = []
+    with tempfile.TemporaryDirectory(prefix="edgekit-tune-dispatches-") as tmp:
+        work = Path(tmp)
+        say(f"reading IREE's dispatch configurations of {base.name}")
+        try:
+            dumped, configured = configured_dispatches(options, base, work)
+        except EdgekitError as exc:
+            say(f"no dispatch search: {tuner._one_line(exc)}")
+            return chosen, []
+        here = options.host is None and tuner.runs_here(target)
+        costs = _steady_costs(dumped, work) if here else None
+        how = "ranked by IREE's HAL profile" if costs else "ranked by FLOPs (static)"
+        # IREE's configured source of some dispatches does not compile again as printed
+        # (ResNet18-like's 7x7 stem convolution: an llvm.getelementptr with a dynamic-index
+        # sentinel): each executable is compiled alone first (~1 s, not a model build)
+        hot = []
+        for d in hot_dispatches(configured, costs, len(configured)):
+            if len(hot) == options.dispatches:
+                break
+            problem = compiles_alone(d.source, work)
+            if problem is None:
+                hot.append(d)
+            else:
+                say(f"skipping {d.function}: its configured source does not compile again "
+                    f"({problem})")
+        say(f"searching tile sizes of {', '.join(d.function for d in hot) or 'no dispatch'} "
+            f"({how})")
+        candidates = []
+        for c in candidates_for(hot, base, options.per_dispatch):
+            problem = compiles_alone(c.files[c.dispatch.executable], work)
+            if problem is None:
+                candidates.append(c)
+            else:
+                results.append(tuner._result(c.variant, chosen.threads, "build-failed",
+                                             f"IREE rejects these tiles: {problem}"))
+
+        def build_one(variant: Variant, i: int) -> Bundle | None:
+            say(f"building {variant.name}")
+            try:
+                return build(BuildOptions(recipe=options.recipe, target=options.target,
+                                          out=work / f"candidate-{i}", variant=variant,
+                                          use_cache=options.use_cache)).bundle
+            except EdgekitError as exc:
+                results.append(tuner._result(variant, chosen.threads, "build-failed",
+                                             tuner._one_line(exc)))
+                return None
+
+        base_bundle = build_one(base, 0)
+        if base_bundle is None:
+            return chosen, []
+        built = [(c, b) for i, c in enumerate(candidates, start=1)
+                 if (b := build_one(c.variant, i)) is not None]
+        if costs:
+            winners, notes = screen(base_bundle, built, work, say)
+            results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
+                        for c, _ in built if c not in winners]
+            to_measure = []
+            if winners:
+                files = {k: v for c in winners for k, v in c.files.items()}
+                label = "+".join(c.label for c in winners) if len(winners) > 1 \
+                    else winners[0].label
+                variant = with_configs(base, files, label)
+                bundle = build_one(variant, len(candidates) + 1)
+                if bundle is not None:
+                    to_measure.append((variant, bundle, "; ".join(notes[c.label]
+                                                                  for c in winners)))
+        else:
+            to_measure = [(c.variant, b, "") for c, b in built]
+        if not to_measure:
+            return chosen, results
+        measured = tuner.measure(options, target, [(base, base_bundle),
+                                                   *[(v, b) for v, b, _ in to_measure]],
+                                 threads, say)
+    why = {v.name: note for v, _, note in to_measure}
+    again = next((r for r in measured if r.variant == base.name), None)
+    tried = [r.model_copy(update={"reason": "; ".join(filter(None, (why.get(r.variant),
+                                                                     r.reason)))})
+             for r in measured if r.variant != base.name]
+    results += tried
+    valid = [r for r in tried if r.status == "ok"]
+    if again is None or again.status != "ok" or not valid:
+        return chosen, results
+    best = min(valid, key=lambda r: r.p50_ms)
+    return (best if tuner.clearly_faster(best, again) else chosen), results
+
+
+def compiles_alone(source: str, work: Path) -> str | None:
+    """None when a configured executable compiles on its own, else IREE's first error line."""
+    path = work / "alone.mlir"
+    path.write_text(source)
+    try:
+        iree.compile_module(path, work / "alone.so", ("--compile-mode=hal-executable",))
+    except iree.CompileFailure as failure:
+        lines = [ln.strip() for ln in failure.diagnostics.splitlines() if "error" in ln]
+        return (lines or ["does not compile"])[0][:200]
+    return None
+
+
+def _steady_costs(bundle: Bundle, work: Path, runs: int = SCREEN_ROUNDS
+                  ) -> dict[str, float] | None:
+    """Per dispatch, the least of `runs` HAL profiles (one profile on a loaded machine ranked
+    ResNet18-like's strided convolutions below matmuls 2-3x cheaper)."""
+    profiles = [p for _ in range(runs) if (p := _profile_or_none(bundle, work))]
+    if not profiles:
+        return None
+    return {k: min(p.get(k, float("inf")) for p in profiles) for k in profiles[0]}
+
+
+def _profile_or_none(bundle: Bundle, work: Path) -> dict[str, float] | None:
+    try:
+        return profile_ms(bundle, work)
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, EdgekitError):
+        return None      # ranked by FLOPs instead (the progress line says so)
+
+
+def screen(base: Bundle, built: list, work: Path, say
+           ) -> tuple[list[Candidate], dict[str, str]]:
+    """(per dispatch, the candidate whose own dispatch time beats the compiler's tiles by
+    SCREEN_GAIN, if any; a note per candidate). Times: best of SCREEN_ROUNDS interleaved
+    HAL profiles, ms per inference of that dispatch at its fastest call."""
+    best: dict[str, float] = {}
+    times: dict[str, float] = {}
+    for r in range(SCREEN_ROUNDS):
+        say(f"screening tile sizes by the HAL profile (round {r + 1}/{SCREEN_ROUNDS})")
+        base_costs = _profile_or_none(base, work) or {}
+        for d in {c.dispatch.function for c, _ in built}:
+            ms = _dispatch_ms(base_costs, d)
+            if ms is not None:
+                best[d] = min(best.get(d, ms), ms)
+        for c, bundle in built:
+            ms = _dispatch_ms(_profile_or_none(bundle, work) or {}, c.dispatch.function)
+            if ms is not None:
+                times[c.label] = min(times.get(c.label, ms), ms)
+    winners: dict[str, Candidate] = {}
+    notes = {}
+    for c, _ in built:
+        was, now = best.get(c.dispatch.function), times.get(c.label)
+        if was is None or now is None:
+            notes[c.label] = f"{c.label}: not in the HAL profile"
+            continue
+        notes[c.label] = f"{c.dispatch.function}: {_rate(c.dispatch.function, was)} → " \
+                         f"{_rate(c.dispatch.function, now)} (HAL profile)"
+        held = winners.get(c.dispatch.executable)
+        if now < was * (1 - SCREEN_GAIN) and (held is None or now < times[held.label]):
+            winners[c.dispatch.executable] = c
+    return list(winners.values()), notes
+
+
+def _dispatch_ms(costs: dict[str, float], function: str) -> float | None:
+    found = [ms for key, ms in costs.items() if key.startswith(function)]
+    return sum(found) if found else None
+
+
+def _rate(function: str, ms: float) -> str:
+    flops = flop_count(function)
+    return f"{ms:.3f} ms" + (f" ({flops / ms / 1e6:.0f} GFLOP/s)" if flops else "")

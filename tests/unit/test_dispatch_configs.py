@@ -1,0 +1,120 @@
+"""Per-dispatch tile sizes (tune/dispatch_configs.py): candidates around the compiler's choice,
+the edit of a configured executable, the digest that names a configuration set."""
+
+import pytest
+
+from edgekit.config.edgekit_flags import parse_edgekit_flags
+from edgekit.toolchain.iree_configs import ConfiguredDispatch
+from edgekit.tune.dispatch_configs import (candidate_levels, hot_dispatches, lowering_config,
+                                           set_digest, with_levels)
+
+MATMUL = (("distribution", (64, 64, 0)), ("vector_common_parallel", (8, 16, 0)),
+          ("vector_reduction", (0, 0, 16)))
+CONV = (("distribution", (0, 16, 14, 28, 0, 0, 0)),
+        ("vector_common_parallel", (1, 16, 1, 7, 0, 0, 0)),
+        ("vector_reduction", (0, 0, 0, 0, 8, 1, 1)))
+
+
+def test_candidates_start_next_to_the_compilers_choice_and_never_repeat_it():
+    found = candidate_levels(MATMUL, limit=20)
+    assert MATMUL not in found and len(found) == len(set(found))
+    tables = [dict(c) for c in found]
+    assert tables[0]["distribution"] == (32, 32, 0)
+    assert {t["distribution"] for t in tables} >= {(32, 32, 0), (128, 128, 0)}
+    assert {t["vector_reduction"] for t in tables} >= {(0, 0, 8), (0, 0, 32)}
+
+
+def test_without_vector_moves_the_register_tile_is_the_compilers():
+    # mmt4d: the register tile is the data-tiling layout's inner tile
+    mmt4d = (("distribution", (1, 2, 0, 0, 0, 0)),
+             ("vector_common_parallel", (1, 1, 0, 16, 16, 0)),
+             ("vector_reduction", (0, 0, 1, 0, 0, 1)))
+    found = candidate_levels(mmt4d, limit=20, vector_moves=False)
+    assert found and all(dict(c)["vector_common_parallel"] == (1, 1, 0, 16, 16, 0)
+                         for c in found)
+
+
+def test_a_register_tile_on_a_strided_loop_is_moved_or_spread_among_the_first_tries():
+    # ResNet18-like's strided 1x1 convolution (matmul_like_128x28x28x64): IREE vectorizes the
+    # 28 output columns, which read their input with stride 2; 8x4 lanes took 0.43 ms, not 143
+    strided = (("distribution", (16, 14, 28, 0)), ("vector_common_parallel", (1, 1, 28, 0)),
+               ("vector_reduction", (0, 0, 0, 16)))
+    first = [dict(c)["vector_common_parallel"] for c in candidate_levels(strided, limit=4)]
+    assert (8, 1, 4, 0) in first and (16, 1, 1, 0) in first
+
+
+def test_register_tiles_always_divide_their_distribution_tiles():
+    for levels in (*candidate_levels(CONV, limit=30), *candidate_levels(MATMUL, limit=30)):
+        dist, vec = dict(levels)["distribution"], dict(levels)["vector_common_parallel"]
+        assert all(v and d % v == 0 and d >= v for d, v in zip(dist, vec) if d), levels
+    for levels in candidate_levels(CONV, limit=30):
+        dist = dict(levels)["distribution"]
+        assert dist[0] == 0 and dist[4:] == (0, 0, 0)   # loops not distributed stay so
+
+
+def test_only_the_outermost_reduction_is_scaled():
+    # the conv window (1, 1) and mmt4d's inner K0 are not the compiler's guess to revisit
+    reductions = {dict(c)["vector_reduction"] for c in candidate_levels(CONV, limit=20)}
+    assert reductions == {(0, 0, 0, 0, 8, 1, 1), (0, 0, 0, 0, 4, 1, 1), (0, 0, 0, 0, 16, 1, 1)}
+
+
+def test_the_limit_caps_the_candidates():
+    assert len(candidate_levels(CONV, limit=3)) == 3
+
+
+def test_a_config_is_printed_as_iree_prints_it():
+    assert lowering_config(MATMUL) == ("#iree_cpu.lowering_config<distribution = [64, 64, 0], "
+                                       "vector_common_parallel = [8, 16, 0], "
+                                       "vector_reduction = [0, 0, 16]>")
+
+
+def test_the_root_ops_config_is_replaced_and_nothing_else():
+    root = lowering_config(MATMUL)
+    fill = "#iree_cpu.lowering_config<vector_common_parallel = [8, 16]>"
+    source = (f"%6 = linalg.fill {{lowering_config = {fill}}} ins(%cst : f32)\n"
+              f"%7 = linalg.matmul {{lowering_config = {root}}} ins(%3, %4)\n")
+    new = candidate_levels(MATMUL)[0]
+    edited = with_levels(source, root, new)
+    assert edited == source.replace(root, lowering_config(new))
+    assert fill in edited
+
+
+def test_an_ambiguous_or_missing_config_is_not_edited():
+    root = lowering_config(MATMUL)
+    twice = f"{{lowering_config = {root}}}\n{{lowering_config = {root}}}\n"
+    assert with_levels(twice, root, CONV) is None
+    assert with_levels("no config here", root, CONV) is None
+
+
+def test_the_digest_covers_names_and_texts_in_any_order():
+    a = set_digest({"main_dispatch_1": "x", "main_dispatch_2": "y"})
+    assert a == set_digest({"main_dispatch_2": "y", "main_dispatch_1": "x"})
+    assert a != set_digest({"main_dispatch_1": "y", "main_dispatch_2": "x"})
+    assert a != set_digest({"main_dispatch_1": "x"})
+
+
+def test_the_flag_takes_a_digest_and_nothing_else():
+    digest = set_digest({"main_dispatch_1": "x"})
+    assert parse_edgekit_flags((f"--edgekit-dispatch-configs={digest}",)) == {
+        "dispatch-configs": digest}
+    for bad in ("../../etc", "abc", digest.upper(), digest + "0"):
+        with pytest.raises(ValueError, match="edgekit option"):
+            parse_edgekit_flags((f"--edgekit-dispatch-configs={bad}",))
+
+
+def _configured(function: str) -> ConfiguredDispatch:
+    return ConfiguredDispatch(executable=function.split("_")[0], function=function,
+                              root_name="linalg.generic", levels=MATMUL, lowering_config="",
+                              translation_info="", source="")
+
+
+def test_hot_dispatches_are_ranked_by_measured_time_else_by_flops():
+    small, big, copy = (_configured("main_dispatch_1_matmul_8x8x8_f32"),
+                        _configured("main_dispatch_2_conv_64x56x56x64x3x3_f32"),
+                        _configured("main_dispatch_3_slow_memcpy"))
+    measured = {"main_dispatch_1_matmul_8x8x8_f32": 2.0,
+                "main_dispatch_2_conv_64x56x56x64x3x3_f32": 0.5,
+                "main_dispatch_3_slow_memcpy": 1.0}
+    assert hot_dispatches([small, big, copy], measured, 2) == [small, copy]
+    # statically: by FLOPs from IREE's names, and a dispatch without a shape is not guessed at
+    assert hot_dispatches([small, big, copy], None, 3) == [big, small]
