@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,39 +34,15 @@ sys.path.insert(0, str(ROOT))
 
 from edgekit.config.profiles import load_target  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
-from edgekit.toolchain import iree  # noqa: E402
-
-_SHAPED = re.compile(r"_(conv|matmul_like|batch_matmul|matmul)_((?:\d+x)+\d+)_f")
-
-
-def flop_count(name: str) -> float | None:
-    """2·∏dims of IREE's conv/matmul dispatch names: conv_HxWxCoutxKhxKw[xCin] (no Cin for
-    depthwise), matmul_like_…xNxK, batch_matmul_BxMxNxK."""
-    m = _SHAPED.search(name)
-    return 2.0 * math.prod(int(d) for d in m.group(2).split("x")) if m else None
-
+from edgekit.toolchain.iree_profile import profiled_run  # noqa: E402
+from edgekit.tune.dispatch_configs import DISPATCH_SHAPE, flop_count  # noqa: E402
 
 def profile(bundle, iterations: int, work: Path) -> tuple[float, list[dict]]:
     """(wall ms per call, per-dispatch rows) from one profiled iree-benchmark-module run."""
-    m = bundle.manifest
-    trace = work / "run.ireeprof"
-    out = subprocess.run(
-        [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
-         "--device=local-sync", f"--function={m.entry_function}",
-         *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
-         f"--benchmark_min_time={iterations}x", "--benchmark_format=json",
-         "--device_profiling_mode=host-execution,executable-metadata",
-         f"--device_profiling_output={trace}"],
-        check=True, capture_output=True, text=True).stdout
-    run = json.loads(out)["benchmarks"][0]
+    run, groups = profiled_run(bundle, iterations, work)
     wall_ms = run["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0}[run["time_unit"]]
-    groups = subprocess.run([iree.tool_path("iree-profile"), "dispatch", "--format=jsonl",
-                             str(trace)], check=True, capture_output=True, text=True).stdout
     rows = []
-    for line in groups.splitlines():
-        g = json.loads(line)
-        if g.get("type") != "host_dispatch_group":
-            continue
+    for g in groups:
         calls = g["count"] / run["iterations"]
         flops = flop_count(g["key"])
         rows.append({"dispatch": g["key"], "calls": calls, "min_ms": g["min_ns"] / 1e6,
@@ -80,7 +54,7 @@ def profile(bundle, iterations: int, work: Path) -> tuple[float, list[dict]]:
 def output_of(name: str) -> tuple[int, int] | None:
     """(output pixels or rows, output channels or columns) of a conv/matmul dispatch, from its
     name: conv_HxWxCout…, matmul_like_MxNxK or _HxWxNxK, batch_matmul_BxMxNxK."""
-    m = _SHAPED.search(name)
+    m = DISPATCH_SHAPE.search(name)
     if not m:
         return None
     d = [int(x) for x in m.group(2).split("x")]

@@ -142,12 +142,13 @@ def _scaled(d: int, vec: tuple[int, ...], i: int, factor: float) -> int:
     return max(step, scaled - scaled % step)
 
 
-_SHAPED = re.compile(r"_(conv|matmul_like|batch_matmul|matmul)_((?:\d+x)+\d+)_f")
+DISPATCH_SHAPE = re.compile(r"_(conv|matmul_like|batch_matmul|matmul)_((?:\d+x)+\d+)_f")
 
 
 def flop_count(name: str) -> float | None:
-    """2·∏dims of IREE's conv/matmul dispatch names (see bench/dispatch_profile.py)."""
-    m = _SHAPED.search(name)
+    """2·∏dims of IREE's conv/matmul dispatch names: conv_HxWxCoutxKhxKw[xCin] (no Cin for
+    depthwise), matmul_like_…xNxK, batch_matmul_BxMxNxK."""
+    m = DISPATCH_SHAPE.search(name)
     return 2.0 * math.prod(int(d) for d in m.group(2).split("x")) if m else None
 
 

@@ -38,6 +38,7 @@ from edgekit.models.bundle import Bundle
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
+from edgekit.toolchain.iree_profile import profiled_run
 from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
                                            set_digest, with_levels)
 
@@ -47,27 +48,13 @@ DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
 def profile_ms(bundle: Bundle, work: Path, iterations: int = 5) -> dict[str, float]:
     """{dispatch function: ms per inference at its fastest call} from IREE's HAL profiler
     (local-sync, 1 thread)."""
-    m = bundle.manifest
-    trace = work / "run.ireeprof"
-    out = subprocess.run(
-        [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
-         "--device=local-sync", f"--function={m.entry_function}",
-         *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
-         f"--benchmark_min_time={iterations}x", "--benchmark_format=json",
-         "--device_profiling_mode=host-execution,executable-metadata",
-         f"--device_profiling_output={trace}"],
-        check=True, capture_output=True, text=True, timeout=1800).stdout
-    runs = json.loads(out)["benchmarks"][0]["iterations"]
-    groups = subprocess.run([iree.tool_path("iree-profile"), "dispatch", "--format=jsonl",
-                             str(trace)], check=True, capture_output=True, text=True,
-                            timeout=600).stdout
+    run, groups = profiled_run(bundle, iterations, work)
+    runs = run["iterations"]
     costs: dict[str, float] = {}
-    for line in groups.splitlines():
-        g = json.loads(line)
-        if g.get("type") == "host_dispatch_group":
-            # the fastest call × calls per inference: on a shared machine the totals swing
-            # 2-3× between runs while a kernel's fastest call holds within ~1-2%
-            costs[g["key"]] = costs.get(g["key"], 0.0) + g["min_ns"] / 1e6 * g["count"] / runs
+    for g in groups:
+        # the fastest call × calls per inference: on a shared machine the totals swing
+        # 2-3× between runs while a kernel's fastest call holds within ~1-2%
+        costs[g["key"]] = costs.get(g["key"], 0.0) + g["min_ns"] / 1e6 * g["count"] / runs
     return costs
 
 

@@ -1,0 +1,34 @@
+"""One run of a bundle's module under IREE's HAL profiler: the benchmark's own record and the
+per-dispatch groups `iree-profile dispatch` reads from the trace (`edgekit tune --dispatches`
+ranks dispatches by them; bench/dispatch_profile.py reports them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from edgekit.models.bundle import Bundle
+from edgekit.toolchain import iree
+
+
+def profiled_run(bundle: Bundle, iterations: int, work: Path,
+                 timeout: float = 1800) -> tuple[dict, list[dict]]:
+    """(iree-benchmark-module's benchmark record, the trace's host dispatch groups) of
+    `iterations` calls at 1 thread (local-sync) on the golden inputs."""
+    m = bundle.manifest
+    trace = work / "run.ireeprof"
+    out = subprocess.run(
+        [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
+         "--device=local-sync", f"--function={m.entry_function}",
+         *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
+         f"--benchmark_min_time={iterations}x", "--benchmark_format=json",
+         "--device_profiling_mode=host-execution,executable-metadata",
+         f"--device_profiling_output={trace}"],
+        check=True, capture_output=True, text=True, timeout=timeout).stdout
+    run = json.loads(out)["benchmarks"][0]
+    groups = subprocess.run([iree.tool_path("iree-profile"), "dispatch", "--format=jsonl",
+                             str(trace)], check=True, capture_output=True, text=True,
+                            timeout=timeout).stdout
+    return run, [g for g in map(json.loads, groups.splitlines())
+                 if g.get("type") == "host_dispatch_group"]
