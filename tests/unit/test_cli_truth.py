@@ -32,14 +32,6 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture
-def narrow(monkeypatch):
-    """render.out as an 80-column terminal; returns what was printed."""
-    buffer = io.StringIO()
-    monkeypatch.setattr(render, "out", Console(file=buffer, width=80, color_system=None))
-    monkeypatch.setattr(render, "wide", False)
-    return buffer
-
 
 def invoke(*args):
     return CliRunner().invoke(cli, list(args))

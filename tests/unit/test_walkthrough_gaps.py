@@ -1,11 +1,9 @@
 """Gaps the README walkthrough at 80 columns found (issue 20): the check table and the target
 list read at 80 columns, `devices trust` of an unregistered bare word, reasons said once."""
 
-import io
 
 import pytest
 from click.testing import CliRunner
-from rich.console import Console
 
 from edgekit.cli import render
 from edgekit.cli.main import cli
@@ -15,13 +13,6 @@ from edgekit.pipeline.check import CheckReport, OpStatus
 
 pytestmark = pytest.mark.unit
 
-
-@pytest.fixture
-def narrow(monkeypatch):
-    buffer = io.StringIO()
-    monkeypatch.setattr(render, "out", Console(file=buffer, width=80, color_system=None))
-    monkeypatch.setattr(render, "wide", False)
-    return buffer
 
 
 def fits(text: str, width: int = 80) -> bool:
