@@ -267,20 +267,30 @@ def _from_ansible_yaml(doc: YamlDoc) -> Fleet:
     hosts: dict[str, dict] = {}
     where: dict[str, str] = {}
 
+    def mapping(value: object, loc: tuple) -> dict:
+        """An inventory section (`hosts`, `children`, `vars`, a host's vars): a mapping or
+        empty, else a one-line error naming where."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"'{loc[-1]}' must be a mapping", where=doc.where(loc),
+                              key=str(loc[-1]))
+        return value
+
     def walk(name: str, group: object, loc: tuple, chain: list[tuple[str, dict]]) -> None:
         group = group or {}
         if not isinstance(group, dict):
             raise ConfigError(f"group '{name}' must be a mapping", where=doc.where(loc), key=name)
-        chain = [*chain, (name, group.get("vars") or {})]
-        for host, host_vars in (group.get("hosts") or {}).items():
+        chain = [*chain, (name, mapping(group.get("vars"), (*loc, "vars")))]
+        for host, host_vars in mapping(group.get("hosts"), (*loc, "hosts")).items():
             entry = hosts.setdefault(str(host), {"vars": {}, "groups": [], "own": {}})
             where.setdefault(str(host), doc.where((*loc, "hosts", host)))
             for group_name, group_vars in chain:   # parents first: the child's vars win
                 entry["vars"].update(group_vars)
                 if group_name not in ("all", "ungrouped") and group_name not in entry["groups"]:
                     entry["groups"].append(group_name)
-            entry["own"].update(host_vars or {})
-        for child, child_group in (group.get("children") or {}).items():
+            entry["own"].update(mapping(host_vars, (*loc, "hosts", host)))
+        for child, child_group in mapping(group.get("children"), (*loc, "children")).items():
             walk(str(child), child_group, (*loc, "children", child), chain)
 
     for name, group in doc.data.items():

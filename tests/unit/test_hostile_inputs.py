@@ -174,6 +174,14 @@ def test_any_fleet_file_or_inventory_loads_or_is_a_one_line_config_error(tmp_pat
     assert_loads_or_one_line(load_fleet, write(tmp_path / name, text), ConfigError)
 
 
+@pytest.mark.parametrize("text", ["'<<':\n  children: 1\n",       # found by the test above
+                                  "all:\n  hosts: [a, b]\n", "all:\n  vars: 3\n",
+                                  "all:\n  hosts:\n    a: 5\n"])
+def test_an_ansible_inventory_section_that_is_no_mapping_is_a_one_line_error(tmp_path, text):
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_fleet(write(tmp_path / "fleet.yaml", text))
+
+
 MANIFESTS = st.one_of(
     mutated(MANIFEST_DOC).map(json.dumps), VALUES.map(json.dumps),
     st.tuples(mutated(MANIFEST_DOC).map(json.dumps), st.integers(0, 10 ** 6)).map(
