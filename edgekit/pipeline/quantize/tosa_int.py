@@ -32,6 +32,8 @@ def load_quantized(path: Path) -> tuple[torch.export.ExportedProgram, str]:
     # the quantize/dequantize ops are torchao's: registered before the program is read
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
     try:
+        # unpickles: the file is the executorch venv's answer, written into this build's own
+        # private scratch directory (never a file a user handed over)
         program = torch.export.load(str(path))
     except Exception as exc:  # torch raises many kinds for an archive it cannot read
         raise ModelLoadError(f"reading the NPU quantizer's program failed: {exc}",

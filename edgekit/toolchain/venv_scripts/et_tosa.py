@@ -100,6 +100,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     spec = TosaCompileSpec(request["spec"])
 
+    # unpickles: the program edgekit itself saved into its build's private scratch directory
     program = torch.export.load(request["program"])
     samples = _tuples(np.load(request["samples"]), "s")
     calibration = _tuples(np.load(request["calibration"]), "c")
