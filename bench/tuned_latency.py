@@ -110,6 +110,10 @@ def main() -> None:
                         help="where `edgekit tune` times the candidates (tools: "
                              "iree-benchmark-module, the behaviour before issue 22)")
     parser.add_argument("--seconds", type=float, default=40.0, help="timing budget per model")
+    parser.add_argument("--dispatches", type=int, default=0,
+                        help="also let the tuner search tile sizes of this many hot dispatches "
+                             "(`edgekit tune --dispatches`)")
+    parser.add_argument("--per-dispatch", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the rows here")
     opts = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -119,7 +123,9 @@ def main() -> None:
         print(f"tuning {key}…", file=sys.stderr, flush=True)
         record = tune(TuneOptions(recipe=recipe, target="host", threads=THREADS,
                                   lowerings=tuple(opts.lowerings.split(",")), rounds=5,
-                                  repetitions=20, runtime=opts.tune_runtime))
+                                  repetitions=20, runtime=opts.tune_runtime,
+                                  dispatches=opts.dispatches,
+                                  per_dispatch=opts.per_dispatch))
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
         bundle = build(BuildOptions(recipe=recipe, target="host", out=WORK / key / "inputs",
