@@ -2,6 +2,8 @@
 # bench.sh RUNTIME_DIR RELEASE_DIR [EXTRA_FLAG...]: iree-benchmark-module on the release's
 # golden inputs, its JSON on stdout. Extra flags (e.g. --benchmark_repetitions=10) pass through.
 # EDGEKIT_DRIVER, when set, replaces the release's runtime driver (the tuner's local-sync trial).
+# The release's THREADS (local-task's tuned worker count) applies unless EDGEKIT_DRIVER is set;
+# an extra --task_topology_group_count comes later and wins (IREE parses flags in order).
 # The last stderr line is "edgekit-peak-rss-kb=N": the benchmark process's peak resident memory
 # (VmHWM, sampled every 10 ms: a run shorter than that can under-report).
 set -eu
@@ -10,6 +12,9 @@ release=$2
 shift 2
 . "$release/run.env"
 inputs=""
+if [ -z "${EDGEKIT_DRIVER:-}" ] && [ "$DRIVER" = local-task ] && [ -n "${THREADS:-}" ]; then
+  inputs=" --task_topology_group_count=$THREADS"
+fi
 for input in $INPUTS; do
   inputs="$inputs --input=@$release/$input"
 done

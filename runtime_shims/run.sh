@@ -2,7 +2,8 @@
 # run.sh RUNTIME_DIR RELEASE_DIR OUT_DIR [SAMPLE]: run the release's golden inputs (validation
 # sample SAMPLE, default 0: the golden one) through iree-run-module and write outputs as
 # OUT_DIR/output_<i>.npy. The release's run.env (written by the host, covered by SHA256SUMS)
-# gives MODULE (the bundle's module this device runs; older releases: module.vmfb), DRIVER, FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k), NOUTPUTS and OUTPUTS (the
+# gives MODULE (the bundle's module this device runs; older releases: module.vmfb), DRIVER,
+# THREADS (local-task's worker count as tuned; absent: the runtime's default), FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k), NOUTPUTS and OUTPUTS (the
 # output file names: .npy, or .bin for types iree-run-module writes raw; older releases have
 # no OUTPUTS: output_<i>.npy).
 set -eu
@@ -18,6 +19,9 @@ case $sample in
 esac
 mkdir -p "$out"
 set -- "--module=$release/${MODULE:-module.vmfb}" "--device=$DRIVER" "--function=$FUNCTION"
+if [ "$DRIVER" = local-task ] && [ -n "${THREADS:-}" ]; then
+  set -- "$@" "--task_topology_group_count=$THREADS"
+fi
 for input in $INPUTS; do
   set -- "$@" "--input=@$release/$input"
 done

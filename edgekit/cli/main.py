@@ -578,7 +578,8 @@ def bench() -> None:
 @click.option("--lab", "all_lab", is_flag=True, help="every running lab device")
 @click.option("--app", help="bench the app's current release")
 @click.option("--bundle", type=click.Path(path_type=Path), help="deploy this bundle, bench it")
-@click.option("--threads", default="1", show_default=True, help="comma-separated, e.g. 1,2,4")
+@click.option("--threads", help="comma-separated, e.g. 1,2,4 [default: the bundle's tuned "
+              "configuration (driver and thread count), 1 when untuned]")
 @click.option("--repetitions", default=50, show_default=True, help="measured calls")
 @click.option("--warmup", default=5, show_default=True, help="calls dropped in each round")
 @click.option("--rounds", default=5, show_default=True,
@@ -590,7 +591,7 @@ def bench() -> None:
 @WIDE
 @handle_errors
 def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Path | None,
-              threads: str, repetitions: int, warmup: int, rounds: int,
+              threads: str | None, repetitions: int, warmup: int, rounds: int,
               identity: Path | None, allow_unsigned: bool, html: Path | None,
               as_json: bool) -> None:
     """Run iree-benchmark-module on one or more devices; results go to the history."""
@@ -602,7 +603,7 @@ def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Pa
     if not hosts:
         raise ConfigError("name at least one device (or --lab)", key="hosts")
     try:
-        thread_counts = tuple(int(t) for t in threads.split(","))
+        thread_counts = tuple(int(t) for t in threads.split(",")) if threads else None
     except ValueError:
         raise ConfigError(f"--threads must be numbers separated by commas (got {threads!r})",
                           key="threads") from None

@@ -117,7 +117,7 @@ class ToolRunner(Runner):
             for path, array in zip(inputs, arrays):
                 np.save(path, array, allow_pickle=False)
             iree.run_module(self._bundle.module, m.runtime_driver, m.entry_function, inputs,
-                            outputs)
+                            outputs, threads=m.runtime_threads)
             return read_outputs(outputs, m)
 
 
@@ -180,7 +180,8 @@ class RemoteRunner(Runner):
             outputs = [f"{call_dir}/{name}" for name in names]
             self._conn.run(iree.run_module_argv(
                 f"{self._release}/module.vmfb", m.runtime_driver, m.entry_function, inputs,
-                outputs, tool=self._tool), what="running the graph on the device")
+                outputs, tool=self._tool, threads=m.runtime_threads),
+                what="running the graph on the device")
             for name, remote in zip(names, outputs):
                 self._conn.get(remote, Path(tmp) / name)
             return read_outputs([Path(tmp) / name for name in names], m)

@@ -29,6 +29,7 @@ from edgekit.device.trust import check_signature
 from edgekit.errors import BundleError, ConfigError, RemoteCommandFailed
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
 from edgekit.models.bundle import MANIFEST, Manifest, load_bundle
+from edgekit.toolchain.iree import runtime_flags
 from edgekit.toolchain.versions import package_version
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
@@ -44,7 +45,9 @@ class BenchOptions:
     hosts: tuple[str, ...]
     app: str | None = None
     bundle: Path | None = None      # deploy this bundle first, then bench it
-    threads: tuple[int, ...] = (1,)
+    # None: the configuration the bundle runs in (its tuned driver and thread count; untuned:
+    # one thread); given, each count is measured (an explicit choice wins over the tuned one)
+    threads: tuple[int, ...] | None = None
     repetitions: int = 50           # measured calls per configuration, over all rounds
     warmup: int = 5                 # calls dropped at the start of each round
     rounds: int = 5                 # separate benchmark processes, interleaved across configs
@@ -58,7 +61,8 @@ def run_bench(options: BenchOptions,
     if (options.app is None) == (options.bundle is None):
         raise ConfigError("give exactly one of --app or --bundle", key="app")
     if options.rounds < 1 or options.repetitions < 2 * options.rounds or options.warmup < 0 \
-            or not options.threads or min(options.threads) < 1:
+            or (options.threads is not None
+                and (not options.threads or min(options.threads) < 1)):
         raise ConfigError("need rounds >= 1, repetitions >= 2 per round, warmup >= 0, "
                           "threads >= 1", key="bench")
     bundle = load_bundle(options.bundle) if options.bundle else None
@@ -66,7 +70,7 @@ def run_bench(options: BenchOptions,
         bundle.verify()
         check_signature(bundle, options.allow_unsigned)
     app = safe_name(bundle.manifest.app if bundle else options.app, "app")
-    total = len(options.hosts) * len(options.threads) * options.rounds
+    total = len(options.hosts) * len(options.threads or (1,)) * options.rounds
     if len(options.hosts) > 1:
         # every device answers before the first one's rounds (minutes) begin
         for host in options.hosts:
@@ -92,22 +96,24 @@ def run_bench(options: BenchOptions,
             # corruption on the device shows as a sha256 mismatch, not as an IREE error
             verify_release(conn, app, release, layout.shims_dir(shim_version()))
             manifest = remote_manifest(conn, app, release)
-            configs = _thread_configs(options.threads, manifest.runtime_driver)
+            configs = run_configs(manifest, options.threads)
             per_round = -(-options.repetitions // options.rounds)
-            runs: dict[int, list[RoundRun]] = {t: [] for t in configs}
+            runs: dict[tuple[int, str], list[RoundRun]] = {c: [] for c in configs}
             # rounds interleave the configurations, so drift on the device hits all alike
             for round_index in range(options.rounds):
-                for threads in configs:
+                for threads, driver in configs:
                     if on_progress:
                         on_progress(f"{device_label(host)}: {threads} thread(s), round "
                                     f"{round_index + 1}/{options.rounds}", done, total)
                     config = RoundConfig(repetitions=per_round, threads=threads,
-                                         warmup=options.warmup)
-                    runs[threads].append(bench_round(conn, info.arch, release, manifest, config))
+                                         warmup=options.warmup, driver=driver)
+                    runs[(threads, driver)].append(bench_round(conn, info.arch, release,
+                                                               manifest, config))
                     done += 1
-            for threads in configs:
+            for threads, driver in configs:
                 result = summarize(conn, info.arch, app, release, manifest, threads,
-                                   runs[threads], options, device=device_label(host))
+                                   runs[(threads, driver)], options, device=device_label(host),
+                                   driver=driver)
                 store(result)
                 results.append(result)
     if on_progress:
@@ -115,10 +121,28 @@ def run_bench(options: BenchOptions,
     return results
 
 
-def _thread_configs(threads: tuple[int, ...], driver: str) -> tuple[int, ...]:
-    # a Vulkan module's speed does not depend on CPU threads, and local-sync runs on the
-    # caller's thread (a build tuned for one thread): one configuration
-    return (1,) if driver in ("vulkan", "local-sync") else tuple(dict.fromkeys(threads))
+def run_configs(manifest: Manifest, threads: tuple[int, ...] | None
+                ) -> tuple[tuple[int, str], ...]:
+    """(threads, driver) per configuration to measure. None: the one the release runs in —
+    its manifest's driver and tuned worker count (`edgekit tune`'s choice: local-sync for one
+    thread), one thread when untuned. Explicit counts win: the tuned count keeps the tuned
+    driver, another count runs on the profile's driver (local-task with that many workers,
+    also for a build tuned to local-sync). A Vulkan module's speed does not depend on CPU
+    threads: one configuration."""
+    driver = manifest.runtime_driver
+    if driver == "vulkan":
+        return ((1, driver),)
+    tuned = manifest.runtime_threads or (1 if driver == "local-sync" else None)
+    if threads is None:
+        return ((tuned or 1, driver),)
+    profile = str(manifest.target_profile.get("runtime", {}).get("driver", driver))
+    configs = []
+    for t in dict.fromkeys(threads):
+        other = profile if profile == "local-task" else driver
+        config = (t, driver) if t == tuned else (t if other == "local-task" else 1, other)
+        if config not in configs:
+            configs.append(config)
+    return tuple(configs)
 
 
 def remote_manifest(conn: Transport, app: str, release: str) -> Manifest:
@@ -195,7 +219,7 @@ def bench_round(conn: Transport, arch: str, release: str, manifest: Manifest,
 
 def summarize(conn: Transport, arch: str, app: str, release: str, manifest: Manifest,
               threads: int, rounds: list[RoundRun], options: BenchOptions,
-              device: str | None = None) -> BenchResult:
+              device: str | None = None, driver: str | None = None) -> BenchResult:
     latency = latency_stats([s for r in rounds for s in r.samples_ms],
                             [float(np.median(r.samples_ms)) for r in rounds])
     before, after = rounds[0].before, rounds[-1].after
@@ -206,7 +230,9 @@ def summarize(conn: Transport, arch: str, app: str, release: str, manifest: Mani
         created_at=now.isoformat(timespec="seconds"),
         device=device or conn.where, device_arch=arch, app=app, release=release,
         target=manifest.target,
-        config={"threads": threads, "driver": manifest.runtime_driver,
+        # the driver and the runtime flags the rounds ran with (what a user can re-run)
+        config={"threads": threads, "driver": driver or manifest.runtime_driver,
+                "flags": " ".join(runtime_flags(driver or manifest.runtime_driver, threads)),
                 "repetitions": options.repetitions, "warmup": options.warmup,
                 "rounds": len(rounds)},
         latency=latency, peak_rss_kb=max(r.peak_rss_kb for r in rounds), before=before,

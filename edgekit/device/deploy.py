@@ -41,6 +41,7 @@ from edgekit.errors import (CannotRunHere, DeviceIncompatible, EdgekitError, Hea
 from edgekit.models.bundle import (Bundle, MANIFEST, MODULE, NPU, SIGNATURE, VARIANTS,
                                    sha256_file)
 from edgekit.models.report import OutputComparison, ValidationReport
+from edgekit.toolchain.iree import runtime_flags
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
 from edgekit.validate.outputs import output_file, read_output
@@ -386,9 +387,15 @@ def release_extras(bundle: Bundle, tmp: Path, module: str = MODULE) -> list[Path
             raise DeviceIncompatible(f"unexpected golden input path {rel!r}")
         safe_name(name, "golden input")
     run_env = tmp / "run.env"
+    driver = safe_name(m.runtime_driver, "driver")
+    # THREADS: local-task's worker count as tuned (run.sh, bench.sh); RUNTIME_FLAGS: the same
+    # as iree-run-module flags, for an application that runs `current/` itself
+    threads = f"THREADS={int(m.runtime_threads)}\n" if m.runtime_threads else ""
+    flags = " ".join(runtime_flags(driver, m.runtime_threads))
     # INPUTS: the golden sample (what bench runs); INPUTS_<k>: validation sample k (run.sh K)
     run_env.write_text(f"MODULE={module}\n"
-                       f"DRIVER={safe_name(m.runtime_driver, 'driver')}\n"
+                       f"DRIVER={driver}\n" + threads +
+                       f"RUNTIME_FLAGS='{flags}'\n"
                        f"FUNCTION={safe_name(m.entry_function, 'function')}\n"
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
                        + "".join(f"INPUTS_{k}='{' '.join(inputs)}'\n"

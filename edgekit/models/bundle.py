@@ -200,6 +200,9 @@ class Manifest(Frozen):
     backend: str
     arch: str
     runtime_driver: str
+    # local-task workers the module runs with: the tuned thread count (None: untuned, the
+    # device's default topology); run.env carries it to the device's shims
+    runtime_threads: int | None = pydantic.Field(default=None, ge=1)
     compiler_version: str = pydantic.Field(description="the device runtime must be this version")
     compile_flags: tuple[str, ...]
     entry_function: str = "main"

@@ -53,11 +53,12 @@ def _record_tuning(out: Path, tuning: TuningNote | None) -> bool:
     hit. (The driver is part of the release id: run.env carries it to the device.)"""
     bundle = load_bundle(out)
     m = bundle.manifest
-    # the driver the tuner measured the choice with (local-sync for one thread)
-    driver = iree.driver_for_threads(m.runtime_driver, tuning.threads) if tuning \
-        else m.runtime_driver
-    if m.tuning != tuning or m.runtime_driver != driver:
-        write_manifest(out, m.model_copy(update={"tuning": tuning, "runtime_driver": driver}))
+    # the driver and worker count the tuner measured the choice with (local-sync for one
+    # thread, local-task with N workers for N)
+    driver, threads = iree.runtime_config(m.runtime_driver, tuning.threads if tuning else None)
+    if m.tuning != tuning or m.runtime_driver != driver or m.runtime_threads != threads:
+        write_manifest(out, m.model_copy(update={"tuning": tuning, "runtime_driver": driver,
+                                                 "runtime_threads": threads}))
         return True   # the manifest changed: signed again
     return False
 

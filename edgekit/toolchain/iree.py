@@ -91,6 +91,24 @@ def driver_for_threads(driver: str, threads: int) -> str:
     return "local-sync" if driver == "local-task" and threads == 1 else driver
 
 
+def runtime_config(driver: str, threads: int | None) -> tuple[str, int | None]:
+    """(driver, worker count) a module runs with when tuned for `threads` (None: not tuned,
+    the driver's default topology). Only local-task has a worker count: local-sync runs on the
+    caller's thread, Vulkan on the GPU."""
+    if threads is None:
+        return driver, None
+    driver = driver_for_threads(driver, threads)
+    return driver, threads if driver == "local-task" else None
+
+
+def runtime_flags(driver: str, threads: int | None) -> tuple[str, ...]:
+    """The iree-run-module / iree-benchmark-module flags of that configuration."""
+    flags = (f"--device={driver}",)
+    if driver == "local-task" and threads is not None:
+        flags += (f"--task_topology_group_count={threads}",)
+    return flags
+
+
 def tool_path(name: str) -> str:
     """Path of an IREE command-line tool shipped in the compiler or runtime wheel."""
     if name == "iree-compile":
@@ -153,20 +171,22 @@ def failing_ops(diagnostics: str) -> tuple[str, ...]:
 
 
 def run_module_argv(module: Path | str, driver: str, function: str, inputs: list,
-                    outputs: list, tool: str | None = None) -> list[str]:
+                    outputs: list, tool: str | None = None,
+                    threads: int | None = None) -> list[str]:
     """iree-run-module command line that reads .npy inputs and writes outputs (.npy, or raw
     bytes where the file name ends in .bin: validate/outputs.py) (`tool`: the binary to use,
-    e.g. a device's; default: this machine's)."""
-    argv = [tool or tool_path("iree-run-module"), f"--module={module}", f"--device={driver}",
-            f"--function={function}"]
+    e.g. a device's; default: this machine's; `threads`: local-task's worker count, as the
+    manifest's runtime_threads)."""
+    argv = [tool or tool_path("iree-run-module"), f"--module={module}",
+            *runtime_flags(driver, threads), f"--function={function}"]
     argv += [f"--input=@{p}" for p in inputs]
     argv += [f"--output=@{p}" for p in outputs]
     return argv
 
 
 def run_module(module: Path, driver: str, function: str, inputs: list[Path],
-               outputs: list[Path]) -> None:
-    run_tool(run_module_argv(module, driver, function, inputs, outputs),
+               outputs: list[Path], threads: int | None = None) -> None:
+    run_tool(run_module_argv(module, driver, function, inputs, outputs, threads=threads),
              what="iree-run-module failed",
              hint="the module may not fit this machine's CPU or Vulkan device")
 

@@ -48,7 +48,8 @@ def validate_local(path: str | Path) -> ValidationReport:
             outputs = [scratch / output_file(i, sig.dtype) for i, sig in enumerate(m.outputs)]
             try:
                 iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
-                                [bundle.file(p) for p in inputs], outputs)
+                                [bundle.file(p) for p in inputs], outputs,
+                                threads=m.runtime_threads)
             except ToolError as exc:
                 if m.runtime_driver == "vulkan" and _no_vulkan_device(exc.stderr_tail):
                     raise CannotRunHere("this machine has no Vulkan device",

@@ -116,6 +116,33 @@ def test_bench_prints_benchmark_json(host_release):
     assert any("real_time" in b for b in report["benchmarks"])
 
 
+def test_run_and_bench_use_the_releases_tuned_worker_count(host_release, tmp_path):
+    """A release tuned for 2 local-task workers (run.env THREADS) runs them in validation
+    (run.sh) and benchmarks (bench.sh), where the host's own count, passed later, wins. The
+    real tools run, behind a wrapper that records their command line."""
+    bundle, runtime = host_release
+    copy = tmp_path / "release"
+    shutil.copytree(bundle.path, copy)
+    env = (copy / "run.env").read_text().replace("DRIVER=local-sync", "DRIVER=local-task")
+    (copy / "run.env").write_text(env.replace("DRIVER=local-task\n",
+                                              "DRIVER=local-task\nTHREADS=2\n"))
+    logged = tmp_path / "runtime" / "bin"
+    logged.mkdir(parents=True)
+    for tool in ("iree-run-module", "iree-benchmark-module"):
+        (logged / tool).write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/argv\n'
+                                   f'exec {runtime}/bin/{tool} "$@"\n')
+        (logged / tool).chmod(0o755)
+    assert sh("run.sh", logged.parent, copy, tmp_path / "out").returncode == 0
+    assert sh("bench.sh", logged.parent, copy, "--benchmark_repetitions=2").returncode == 0
+    assert sh("bench.sh", logged.parent, copy, "--benchmark_repetitions=2",
+              "--task_topology_group_count=1").returncode == 0
+    run, bench, bench_one = (tmp_path / "argv").read_text().splitlines()
+    assert "--device=local-task" in run and "--task_topology_group_count=2" in run
+    assert "--task_topology_group_count=2" in bench
+    assert bench_one.index("--task_topology_group_count=1") > \
+        bench_one.index("--task_topology_group_count=2")     # IREE takes the last
+
+
 @pytest.fixture
 def release(host_release, tmp_path):
     """A copy of the host release (with its SHA256SUMS, run.env and signature) to tamper

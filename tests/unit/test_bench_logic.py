@@ -83,15 +83,44 @@ def test_noise_comes_from_the_spread_between_benchmark_processes():
                                   rounds=[30.0] * 5)).regression
 
 
+def _manifest(driver: str, threads: int | None = None, profile_driver: str = "local-task"):
+    from edgekit.models.bundle import Manifest
+    return Manifest.model_construct(runtime_driver=driver, runtime_threads=threads,
+                                    target_profile={"runtime": {"driver": profile_driver}})
+
+
 def test_thread_counts_apply_to_the_task_driver_only():
-    from edgekit.device.bench import _thread_configs
+    from edgekit.device.bench import run_configs
     from edgekit.toolchain.iree import driver_for_threads
-    assert _thread_configs((1, 2, 2, 4), "local-task") == (1, 2, 4)
-    assert _thread_configs((1, 2), "local-sync") == (1,)   # runs on the caller's thread
-    assert _thread_configs((1, 2), "vulkan") == (1,)
+    assert run_configs(_manifest("local-task"), (1, 2, 2, 4)) == (
+        (1, "local-task"), (2, "local-task"), (4, "local-task"))
+    # local-sync from its profile runs on the caller's thread; Vulkan on the GPU
+    assert run_configs(_manifest("local-sync", profile_driver="local-sync"), (1, 2)) == (
+        (1, "local-sync"),)
+    assert run_configs(_manifest("vulkan", profile_driver="vulkan"), (1, 2)) == ((1, "vulkan"),)
     assert driver_for_threads("local-task", 1) == "local-sync"
     assert driver_for_threads("local-task", 2) == "local-task"
     assert driver_for_threads("vulkan", 1) == "vulkan"
+
+
+def test_bench_runs_a_bundle_as_tuned_unless_threads_are_given():
+    from edgekit.device.bench import run_configs
+    from edgekit.toolchain.iree import runtime_config, runtime_flags
+    # tuned for 1 thread: local-sync; for 2: local-task with 2 workers (pipeline/hit.py)
+    assert runtime_config("local-task", 1) == ("local-sync", None)
+    assert runtime_config("local-task", 2) == ("local-task", 2)
+    assert runtime_config("vulkan", 1) == ("vulkan", None)
+    assert runtime_config("local-task", None) == ("local-task", None)
+    assert runtime_flags("local-task", 2) == ("--device=local-task",
+                                              "--task_topology_group_count=2")
+    assert run_configs(_manifest("local-sync"), None) == ((1, "local-sync"),)
+    assert run_configs(_manifest("local-task", 2), None) == ((2, "local-task"),)
+    assert run_configs(_manifest("local-task"), None) == ((1, "local-task"),)   # untuned
+    # an explicit count wins: other counts on the profile's driver, the tuned one as tuned
+    assert run_configs(_manifest("local-sync"), (1, 2)) == ((1, "local-sync"),
+                                                           (2, "local-task"))
+    assert run_configs(_manifest("local-task", 2), (1, 2)) == ((1, "local-task"),
+                                                              (2, "local-task"))
 
 
 def test_a_release_tuned_onto_local_sync_compares_with_the_previous_cpu_release():
