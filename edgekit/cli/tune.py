@@ -28,8 +28,9 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 @click.option("--runtime", type=click.Choice(["auto", "in-process", "tools"]),
               help="where candidates are timed: in-process (IREE's Python runtime, as "
               "edgekit.compile and the Python API run a bundle) or tools "
-              "(iree-benchmark-module, here or on --host) [default: the profile's "
-              "tune.runtime, auto: in-process here, the device's tools with --host]")
+              "(iree-benchmark-module, here or on --host) [default: the recipe's "
+              "tune.runtime, else the profile's; auto: in-process here, the device's tools "
+              "with --host]")
 @click.option("--rounds", default=5, show_default=True, help="benchmark rounds (interleaved)")
 @click.option("--repetitions", default=30, show_default=True,
               help="measured calls per candidate and thread count")

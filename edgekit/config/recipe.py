@@ -146,6 +146,19 @@ class Hooks(Frozen):
     timeout_s: float = pydantic.Field(default=120, gt=0)
 
 
+class TuneSettings(Frozen):
+    """How `edgekit tune` measures this recipe's candidates (over the target profile's `tune:`;
+    `edgekit tune --runtime` over both). Not part of what a build makes."""
+
+    runtime: Literal["auto", "in-process", "tools"] | None = pydantic.Field(
+        default=None,
+        description="where candidates are timed: in-process (IREE's Python runtime, as "
+                    "edgekit.compile and the Python API call a bundle), tools "
+                    "(iree-benchmark-module, as a device's shims run it), auto (in-process for "
+                    "a target this machine runs, the device's tools with --host); unset: the "
+                    "profile's tune.runtime")
+
+
 QuantizeMode = Literal["int8", "int8-weights", "fp16"]
 
 
@@ -222,6 +235,10 @@ class Recipe(Frozen):
         default=None, exclude=True,
         description="deadlines for talking to the device when deploying this recipe (over the "
                     "target profile's); not part of the build's cache key")
+    tune: TuneSettings | None = pydantic.Field(
+        default=None, exclude=True,
+        description="how `edgekit tune` measures this model (over the target profile's "
+                    "`tune:`); not part of the build's cache key")
     _path: Path = pydantic.PrivateAttr(default=Path("recipe.yaml"))
 
     @pydantic.field_validator("quantize")

@@ -92,7 +92,8 @@ class TuneOptions:
     lowerings: tuple[str, ...] | None = None    # default: the profile's
     flag_sets: tuple[str, ...] | None = None    # default: all the profile lists
     threads: tuple[int, ...] | None = None      # default: the profile's tune.threads
-    runtime: str | None = None        # in-process | tools | auto; default: the profile's
+    runtime: str | None = None        # in-process | tools | auto; default: the recipe's
+                                      # tune.runtime, else the profile's
     rounds: int = 5
     repetitions: int = 30             # measured calls per candidate and thread count
     use_cache: bool = True
@@ -109,7 +110,8 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
     target = load_target(options.target)
     variants = candidate_variants(target, options.lowerings, options.flag_sets)
     threads = tuple(dict.fromkeys(options.threads or target.tune.threads))
-    runtime = measuring_runtime(options.runtime or target.tune.runtime, target, options.host)
+    runtime = measuring_runtime(runtime_choice(options.runtime, recipe, target), target,
+                                options.host)
     options = dataclasses.replace(options, runtime=runtime)   # resolved for what measures
     if target.runtime.driver != "local-task":
         threads = (1,)        # local-sync / Vulkan: CPU threads do not apply
@@ -164,6 +166,12 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
         candidates=tuple(sorted(results, key=lambda r: (r.p50_ms is None, r.p50_ms or 0))))
     _store(record, target)
     return record
+
+
+def runtime_choice(option: str | None, recipe, target: Target) -> str:
+    """Where candidates are timed, as asked: `--runtime`, else the recipe's `tune.runtime`,
+    else the profile's (the recipe knows how its model is used; the profile, the board)."""
+    return option or (recipe.tune.runtime if recipe.tune else None) or target.tune.runtime
 
 
 def choose(valid: list[CandidateResult], default_variant: str, budget: int | None = None

@@ -7,7 +7,8 @@ from edgekit.config.profiles import load_target
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import TuningNote
 from edgekit.tune.measure import measuring_runtime
-from edgekit.tune.tuner import CandidateResult, choose
+from edgekit.config.recipe import load_recipe
+from edgekit.tune.tuner import CandidateResult, choose, runtime_choice
 
 
 def result(rounds, flag_set="x", threads=1, lowering="tosa"):
@@ -66,6 +67,31 @@ def test_the_measuring_runtime_follows_where_the_bundle_runs():
     assert measuring_runtime("tools", host, None) == "tools"
     assert measuring_runtime("in-process", host, None) == "in-process"
     assert host.tune.runtime == "auto"
+
+
+def test_the_measuring_runtime_is_the_options_then_the_recipes_then_the_profiles(tmp_path):
+    host = load_target("host").model_copy(update={"tune": load_target("host").tune.model_copy(
+        update={"runtime": "tools"})})
+    (tmp_path / "m.py").write_text("")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text('model:\n  python: "m.py:f"\n')
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text('model:\n  python: "m.py:f"\ntune:\n  runtime: in-process\n')
+    assert runtime_choice(None, load_recipe(plain), host) == "tools"          # the profile's
+    assert runtime_choice(None, load_recipe(pinned), host) == "in-process"    # the recipe's
+    assert runtime_choice("auto", load_recipe(pinned), host) == "auto"        # the option's
+    # not part of the build: the same cache key with or without it
+    assert "tune" not in load_recipe(pinned).model_dump(mode="json")
+
+
+def test_a_bad_recipe_runtime_names_its_file_line_and_key(tmp_path):
+    (tmp_path / "m.py").write_text("")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('model:\n  python: "m.py:f"\ntune:\n  runtime: gpu\n')
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(bad)
+    assert "bad.yaml:4" in str(caught.value.where) and caught.value.key == "tune.runtime"
+    assert "in-process" in caught.value.what
 
 
 def test_a_measuring_runtime_that_cannot_time_the_bundle_is_refused_with_a_hint():
