@@ -3,7 +3,8 @@
 # whole, signed release? Exit 0 only if
 #  1. it holds plain files with a release's names only (manifest.json, manifest.json.sig,
 #     SHA256SUMS, run.env, module.vmfb, golden/<name>.npy, variants/<name>.vmfb,
-#     npu/<name>.tosa|tflite|csv|rknn|json): no symlink, no other path;
+#     npu/<name>.tosa|tflite|csv|rknn|json, dispatch-configs/<name>.mlir): no symlink, no
+#     other path;
 #  2. manifest.json's signature verifies (ssh-keygen -Y verify, namespace edgekit-bundle)
 #     against /etc/edgekit/allowed_signers if present, else ~/.edgekit/allowed_signers
 #     (skipped with --allow-unsigned: the user's explicit opt-out);
@@ -39,7 +40,7 @@ cd "$dir"
 kind_of() {  # the kind a release's entry must be (f: file, d: directory), or fail
   case $1 in
     manifest.json|manifest.json.sig|SHA256SUMS|run.env|module.vmfb) echo f ;;
-    golden|variants|npu) echo d ;;
+    golden|variants|npu|dispatch-configs) echo d ;;
     golden/*.npy)
       case ${1#golden/} in
         .*|*[!A-Za-z0-9._-]*|*..*) echo x ;;
@@ -52,6 +53,11 @@ kind_of() {  # the kind a release's entry must be (f: file, d: directory), or fa
       esac ;;
     npu/*.tosa|npu/*.tflite|npu/*.csv|npu/*.rknn|npu/*.json)
       case ${1#npu/} in
+        .*|*[!A-Za-z0-9._-]*|*..*) echo x ;;
+        *) echo f ;;
+      esac ;;
+    dispatch-configs/*.mlir)
+      case ${1#dispatch-configs/} in
         .*|*[!A-Za-z0-9._-]*|*..*) echo x ;;
         *) echo f ;;
       esac ;;
@@ -98,7 +104,7 @@ if [ -z "$allow_unsigned" ]; then
   # the signed manifest's files and their sha256s are exactly SHA256SUMS's payload lines
   signed=$(grep -o '"[^"]*" *: *"[0-9a-f]\{64\}"' manifest.json \
            | sed 's/^"\([^"]*\)" *: *"\([0-9a-f]*\)"$/\2  \1/' \
-           | grep -E '^[0-9a-f]{64}  (module\.vmfb|golden/[A-Za-z0-9._-]+\.npy|variants/[A-Za-z0-9._-]+\.vmfb|npu/[A-Za-z0-9._-]+\.(tosa|tflite|csv|rknn|json))$' \
+           | grep -E '^[0-9a-f]{64}  (module\.vmfb|golden/[A-Za-z0-9._-]+\.npy|variants/[A-Za-z0-9._-]+\.vmfb|npu/[A-Za-z0-9._-]+\.(tosa|tflite|csv|rknn|json)|dispatch-configs/[A-Za-z0-9._-]+\.mlir)$' \
            | sort) || true
   summed=$(grep -vE '  (manifest\.json|manifest\.json\.sig|run\.env)$' SHA256SUMS | sort) \
     || true

@@ -19,7 +19,7 @@ import yaml
 from edgekit.config.profiles import load_target
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import Bundle
-from edgekit.toolchain import iree
+from edgekit.toolchain import dispatch_sets, iree
 
 HINT = "bisect from the recipe instead: edgekit bisect --recipe R --target T"
 
@@ -53,6 +53,7 @@ def recover(bundle: Bundle, workdir: Path) -> FromBundle:
                           f"'{m.target}' and lowering '{m.lowering.used}' give today "
                           "(another edgekit built it)", where=where, hint=HINT)
     extra = flags[len(base):]   # the recipe's own flags and a tuned variant's (tuning note)
+    extra = _with_dispatch_configs(bundle, extra)
     samples = workdir / "golden.npz"
     np.savez(samples, **{s.name: np.load(bundle.file(p), allow_pickle=False)
                          for s, p in zip(m.inputs, m.golden_inputs)})
@@ -95,3 +96,16 @@ def _model_source(source: str, where: str) -> dict:
         module, _, name = source.rpartition(":")
         source = f"{Path(module).resolve()}:{name}"
     return {kind: source}
+
+
+def _with_dispatch_configs(bundle: Bundle, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The bundle's tuned dispatch set, restored into this home (checked against its digest)
+    and named as `--edgekit-dispatch-configs=<sha256>`: the recorded flag holds the path of
+    the home that built it, which this machine may not have."""
+    digest = bundle.manifest.dispatch_configs
+    if not digest:
+        return extra
+    bundle.verify()
+    dispatch_sets.restore(digest, bundle.dispatch_config_set(), str(bundle.path))
+    return tuple(f"--edgekit-dispatch-configs={digest}" if dispatch_sets.digest_of_flags((f,))
+                 == digest else f for f in extra)

@@ -38,8 +38,8 @@ from edgekit.device.releases import (activate, clean_leftovers, current_release,
 from edgekit.device.trust import check_signature, install_signers
 from edgekit.errors import (CannotRunHere, DeviceIncompatible, EdgekitError, HealthGateFailed,
                             RemoteCommandFailed, ValidationFailed)
-from edgekit.models.bundle import (Bundle, MANIFEST, MODULE, NPU, SIGNATURE, VARIANTS,
-                                   sha256_file)
+from edgekit.models.bundle import (DISPATCH_CONFIGS, Bundle, MANIFEST, MODULE, NPU, SIGNATURE,
+                                   VARIANTS, sha256_file)
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.toolchain.iree import runtime_flags
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
@@ -323,6 +323,8 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
                 conn.mkdirs(f"{staging}/{VARIANTS}")
             if bundle.manifest.npu is not None:
                 conn.mkdirs(f"{staging}/{NPU}")
+            if bundle.manifest.dispatch_configs:
+                conn.mkdirs(f"{staging}/{DISPATCH_CONFIGS}")
             sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in local_files)
             conn.run(verify(staging), what="the uploaded release does not verify on the device")
             conn.mkdirs(f"{layout.app_dir(app)}/releases")
@@ -348,6 +350,8 @@ def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path,
         conn.mkdirs(f"{target}/{VARIANTS}")
     if any(rel.startswith(f"{NPU}/") for _, rel in local_files):
         conn.mkdirs(f"{target}/{NPU}")
+    if any(rel.startswith(f"{DISPATCH_CONFIGS}/") for _, rel in local_files):
+        conn.mkdirs(f"{target}/{DISPATCH_CONFIGS}")
     sent = 0
     for local, rel in local_files:
         partial = f"{target}/{rel}.partial"

@@ -6,7 +6,7 @@ the runtime must match, the entry function, the signature and the tolerances. Th
 signed (manifest.json.sig, see toolchain/signing.py).
 
 Containment: a bundle holds a closed set of plain files — manifest.json, its signature,
-module.vmfb and golden/<name>.npy — and nothing else is read, extracted or uploaded. A manifest
+module.vmfb, golden/<name>.npy (and variants/, npu/, dispatch-configs/ files) — and nothing else is read, extracted or uploaded. A manifest
 naming any other path (`../../.profile`, `/etc/x`, `golden/a/b.npy`) is malformed; a symlink,
 hard link or device in a bundle directory or archive is refused.
 """
@@ -34,12 +34,15 @@ MODULE = "module.vmfb"
 VARIANTS = "variants"   # more CPU modules: variants/<name>.vmfb
 GOLDEN = "golden"
 NPU = "npu"             # an NPU compiler's artifact and report: npu/<name>
+DISPATCH_CONFIGS = "dispatch-configs"   # the tuned per-dispatch set: dispatch-configs/<exe>.mlir
 SCHEMA_VERSION = 1
 # The only payload names a manifest may list (the device's verify.sh holds the same set).
 _PAYLOAD = re.compile(r"module\.vmfb|golden/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.npy|"
                       r"variants/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.vmfb|"
                       # an NPU compiler's output and report (NPU targets)
-                      r"npu/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.(?:tosa|tflite|csv|rknn|json)")
+                      r"npu/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.(?:tosa|tflite|csv|rknn|json)|"
+                      # the tuned dispatch configurations the module was compiled with
+                      r"dispatch-configs/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.mlir")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -48,7 +51,8 @@ def check_payload_name(name: str) -> str:
     if not _PAYLOAD.fullmatch(name) or ".." in name:
         raise ValueError(f"file {name!r} is not one a bundle may hold (expected one of: "
                          f"{MODULE}, {GOLDEN}/<letters, digits, . _ ->.npy, "
-                         f"{VARIANTS}/<name>.vmfb, npu/<name>.tosa|tflite|csv|rknn|json)")
+                         f"{VARIANTS}/<name>.vmfb, npu/<name>.tosa|tflite|csv|rknn|json, "
+                         f"{DISPATCH_CONFIGS}/<executable>.mlir)")
     return name
 
 
@@ -220,6 +224,9 @@ class Manifest(Frozen):
     variants: tuple[ModuleVariant, ...] = ()  # more CPU modules, best first (module.vmfb:
                                               # the baseline)
     npu: NpuNote | None = None        # the NPU part (NPU targets only)
+    # sha256 of the tuned per-dispatch configuration set the module was compiled with
+    # (toolchain/dispatch_sets.py); its files are dispatch-configs/<executable>.mlir in `files`
+    dispatch_configs: str = pydantic.Field(default="", pattern=r"^([0-9a-f]{64})?$")
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
@@ -265,6 +272,13 @@ class Bundle:
 
     def file(self, relative: str) -> Path:
         return self.path / relative
+
+    def dispatch_config_set(self) -> dict[str, str]:
+        """{executable: configured source} of the tuned dispatch set the module was compiled
+        with (empty: none); check `verify()` first, the digest with dispatch_sets.restore."""
+        prefix = f"{DISPATCH_CONFIGS}/"
+        return {Path(rel).stem: (self.path / rel).read_text()
+                for rel in self.manifest.files if rel.startswith(prefix)}
 
     def verify(self) -> None:
         """Raise BundleError unless every recorded file exists with its recorded sha256."""
@@ -367,9 +381,10 @@ def _check_member(member: tarfile.TarInfo, top: str, archive: Path) -> None:
         raise BundleError(f"the archive holds {kind}: {member.name}{link}; a bundle holds plain "
                           "files only", where=str(archive))
     inner = "" if member.name == top else member.name[len(top) + 1:] if top else member.name
-    allowed = inner in ("", MANIFEST, SIGNATURE, GOLDEN, VARIANTS, NPU) or \
+    folders = ("", GOLDEN, VARIANTS, NPU, DISPATCH_CONFIGS)
+    allowed = inner in (MANIFEST, SIGNATURE, *folders) or \
         bool(_PAYLOAD.fullmatch(inner)) and ".." not in inner
-    if not allowed or member.isdir() != (inner in ("", GOLDEN, VARIANTS, NPU)):
+    if not allowed or member.isdir() != (inner in folders):
         raise BundleError(f"the archive holds {member.name!r}, not a file a bundle may hold",
                           where=str(archive), hint=f"a bundle holds {MANIFEST}, {SIGNATURE}, "
                                                    f"{MODULE} and {GOLDEN}/<name>.npy")

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from edgekit.config.recipe import Recipe
 from edgekit.config.profiles import Target, load_target
-from edgekit.models.bundle import Bundle, QuantizationNote, load_bundle, sha256_file
+from edgekit.config.edgekit_flags import parse_edgekit_flags
+from edgekit.errors import BundleError
+from edgekit.models.bundle import MANIFEST, Bundle, QuantizationNote, load_bundle, sha256_file
 # the options and results live in a torch-free module (a source-keyed hit imports no toolchain);
 # re-exported here, where callers have always found them
 from edgekit.pipeline.build_types import (BuildOptions, BuildResult, Steer, Steering,  # noqa: F401
@@ -33,6 +35,7 @@ from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quanti
 from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline import source_key
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
+from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.versions import toolchain_versions
 from edgekit.validate.golden import check_golden
@@ -138,6 +141,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
             variant = Variant(tuning.lowering, tuning.flag_set, tuning.flags)
         if variant is not None:
             recipe = variant.applied_to(recipe)
+        restore_dispatch_configs(recipe.compile.flags, out)
         first = steering.first_lowering if recipe.lowering == "auto" else None
         origin = recipe_origin(recipe)
         if npu_versions:
@@ -174,6 +178,24 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
                        stage_seconds=timings, tar=tar)
+
+
+def restore_dispatch_configs(flags: tuple[str, ...], out: Path) -> None:
+    """A tuned dispatch set the flags name but this home lacks (a build on another machine,
+    with the tuning record or a recipe's flag), from the bundle at `out` built with it — the
+    bundle carries the set, checked here against its digest. Without one, compiling says
+    what is missing (toolchain/iree.py)."""
+    digest = parse_edgekit_flags(flags).get("dispatch-configs")
+    if digest is None or (dispatch_sets.root() / str(digest)).is_dir() or \
+            not (out / MANIFEST).is_file():
+        return
+    try:
+        bundle = load_bundle(out)
+        bundle.verify()
+    except BundleError:
+        return        # not a usable bundle: the missing set is reported as before
+    if bundle.manifest.dispatch_configs == digest:
+        dispatch_sets.restore(str(digest), bundle.dispatch_config_set(), str(out))
 
 
 # --- NPU targets: each NPU family's stage (pipeline/npu) ------------------------------------

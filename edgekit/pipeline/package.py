@@ -12,9 +12,12 @@ import numpy as np
 
 from edgekit.config.recipe import Hooks, Recipe, Validation
 from edgekit.config.profiles import Target
-from edgekit.models.bundle import (MODULE, VARIANTS, Bundle, GoldenSet, Manifest,
-                                   ModuleVariant, QuantizationNote, sha256_file, write_manifest)
+from edgekit.errors import ConfigError
+from edgekit.models.bundle import (DISPATCH_CONFIGS, MODULE, VARIANTS, Bundle, GoldenSet,
+                                   Manifest, ModuleVariant, QuantizationNote, check_payload_name,
+                                   sha256_file, write_manifest)
 from edgekit.pipeline.lower import CompiledModule
+from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
 from edgekit.validate.tolerance import with_build_defaults
@@ -75,6 +78,27 @@ def write_golden(directory: Path, exported) -> tuple[list[str], list[str], list[
     return inputs, outputs, more, [rel for rel, _ in written]
 
 
+def _dispatch_configs(flags: tuple[str, ...], directory: Path) -> tuple[str, list[str]]:
+    """(digest, files) of the tuned dispatch set the module was compiled with, copied into
+    the bundle: what rebuilding it elsewhere needs (toolchain/dispatch_sets.py)."""
+    digest = dispatch_sets.digest_of_flags(flags)
+    if digest is None:
+        return "", []
+    files = dispatch_sets.read_set(dispatch_sets.root() / digest)
+    if dispatch_sets.set_digest(files) != digest:
+        raise ConfigError(f"the tuned dispatch configurations {digest[:12]}… were changed "
+                          f"after `edgekit tune` stored them", key="--edgekit-dispatch-configs",
+                          where=str(dispatch_sets.root() / digest),
+                          hint="run `edgekit tune` again, or build --no-tuned")
+    (directory / DISPATCH_CONFIGS).mkdir(exist_ok=True)
+    written = []
+    for name, source in files.items():
+        rel = check_payload_name(f"{DISPATCH_CONFIGS}/{name}.mlir")
+        (directory / rel).write_text(source)
+        written.append(rel)
+    return digest, written
+
+
 def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: Target,
                    directory: Path) -> Bundle:
     directory.mkdir(parents=True, exist_ok=True)
@@ -95,8 +119,10 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
             (directory / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(made, directory / rel)
             npu_files.append(rel)
+    configs, config_files = _dispatch_configs(compiled.flags, directory)
     files = {rel: sha256_file(directory / rel)
-             for rel in [MODULE, *(v.file for v in variants), *written, *npu_files]}
+             for rel in [MODULE, *(v.file for v in variants), *written, *npu_files,
+                         *config_files]}
     manifest = Manifest(
         app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -125,6 +151,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         variants=tuple(variants),
         npu=compiled.npu.note if compiled.npu is not None else None,
         model_notes=exported.notes,
+        dispatch_configs=configs,
         files=files,
     )
     write_manifest(directory, manifest)

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 from edgekit.config.edgekit_flags import parse_edgekit_flags, without_edgekit_flags
-from edgekit.config.paths import edgekit_home
 from edgekit.config.profiles import Target
 from edgekit.errors import ConfigError, ToolError
+from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.runner import run_tool
 
 # What each lowering hands IREE as its input dialect (unless the import provides the lowering's
@@ -64,7 +64,7 @@ def dispatch_configs_dir(digest: str) -> Path:
 
 
 def dispatch_configs_root() -> Path:
-    return edgekit_home() / "tuning" / "dispatch-configs"
+    return dispatch_sets.root()
 
 
 def dispatch_config_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -78,8 +78,9 @@ def dispatch_config_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
     if not directory.is_dir():
         raise ConfigError(f"tuned dispatch configurations {str(digest)[:12]}… are not in "
                           f"{directory.parent}", key="--edgekit-dispatch-configs",
-                          hint="run `edgekit tune` again for this model and target (or build "
-                               "with --no-tuned)")
+                          hint="a bundle built with them carries them: put it at the build's "
+                               "--out (or `edgekit bisect --bundle` it); else run `edgekit "
+                               "tune` again for this model and target, or build --no-tuned")
     return (f"--iree-hal-substitute-executable-configurations-from={directory}",)
 
 

@@ -23,9 +23,10 @@ vector tile halved and doubled (`candidate_levels`).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
+
+from edgekit.toolchain.dispatch_sets import set_digest  # noqa: F401  (where it lived)
 
 Levels = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -43,14 +44,6 @@ def with_levels(source: str, config: str, levels: Levels) -> str | None:
     if source.count(old) != 1:
         return None
     return source.replace(old, f"lowering_config = {lowering_config(levels)}")
-
-
-def set_digest(files: dict[str, str]) -> str:
-    """The content digest of a set of substitutions {executable: source}: names and texts."""
-    h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    return h.hexdigest()
 
 
 def candidate_levels(levels: Levels, limit: int = 6, vector_moves: bool = True

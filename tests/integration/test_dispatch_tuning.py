@@ -89,3 +89,42 @@ def test_a_configuration_set_missing_from_this_machine_is_one_line_naming_tune(w
     proc = edgekit("build", "--recipe", str(recipe), "--target", "host")
     assert proc.returncode == 2, proc.stderr
     assert "edgekit tune" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bundle_carries_its_dispatch_set_and_rebuilds_restore_it(write_recipe, tmp_path):
+    """The set a module was compiled with travels in the bundle (listed and signed like any
+    payload file), and a home without it gets it back from the bundle: a build whose output
+    directory holds that bundle, and `bisect --bundle`'s recovery. Without a bundle: one line."""
+    import shutil
+
+    import pytest
+
+    from edgekit.bisect.from_bundle import recover
+    from edgekit.errors import ConfigError
+    from edgekit.toolchain import dispatch_sets
+
+    recipe = write_recipe(MATMUL.format(name="dispatch-carried"))
+    variant = one_matmul_candidate(recipe, "host", tmp_path / "dump")
+    digest = variant.flags[-1].rpartition("=")[2]
+    out = tmp_path / "bundle"
+    bundle = build(BuildOptions(recipe=recipe, target="host", variant=variant, out=out)).bundle
+    m = bundle.manifest
+    assert m.dispatch_configs == digest
+    carried = [f for f in m.files if f.startswith("dispatch-configs/")]
+    assert carried and all(f.endswith(".mlir") for f in carried)
+    bundle.verify()
+    home_set = dispatch_sets.root() / digest
+    assert bundle.dispatch_config_set() == dispatch_sets.read_set(home_set)
+
+    shutil.rmtree(home_set)       # another machine: the tuned set is not in its home
+    with pytest.raises(ConfigError) as caught:
+        build(BuildOptions(recipe=recipe, target="host", variant=variant, use_cache=False,
+                           out=tmp_path / "elsewhere"))
+    assert "edgekit tune" in caught.value.hint
+    build(BuildOptions(recipe=recipe, target="host", variant=variant, use_cache=False, out=out))
+    assert dispatch_sets.set_digest(dispatch_sets.read_set(home_set)) == digest
+
+    shutil.rmtree(home_set)
+    recovered = recover(bundle, tmp_path)
+    assert f"--edgekit-dispatch-configs={digest}" in recovered.recipe.read_text()
+    assert dispatch_sets.read_set(home_set) == bundle.dispatch_config_set()
