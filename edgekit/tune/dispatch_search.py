@@ -43,6 +43,11 @@ from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dis
                                            set_digest, with_levels)
 
 DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
+# IREE inlines small constants (a tiny model's weights, a bias) into dispatches as
+# dense_resource<…>, and its configuration dump prints the reference without the blob: such an
+# executable does not compile again ("resource does not exist"). Searched with constants kept
+# out of dispatches (as bindings), its configured source is whole.
+NO_INLINED_CONSTANTS = "--iree-flow-inline-constants-max-byte-length=0"
 
 
 def profile_ms(bundle: Bundle, work: Path, iterations: int = 5) -> dict[str, float]:
@@ -127,8 +132,15 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
     with tempfile.TemporaryDirectory(prefix="edgekit-tune-dispatches-") as tmp:
         work = Path(tmp)
         say(f"reading IREE's dispatch configurations of {base.name}")
+        searched = base     # the variant the edited executables come from
         try:
             dumped, configured = configured_dispatches(options, base, work)
+            if any("dense_resource<" in d.source for d in configured):
+                searched = Variant(base.lowering, base.flag_set,
+                                   (*base.flags, NO_INLINED_CONSTANTS))
+                say(f"{base.name} inlines constants its dispatch dump leaves out: searching "
+                    f"with {NO_INLINED_CONSTANTS}")
+                dumped, configured = configured_dispatches(options, searched, work)
         except EdgekitError as exc:
             say(f"no dispatch search: {tuner._one_line(exc)}")
             return chosen, []
@@ -151,7 +163,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         say(f"searching tile sizes of {', '.join(d.function for d in hot) or 'no dispatch'} "
             f"({how})")
         candidates = []
-        for c in candidates_for(hot, base, options.per_dispatch):
+        for c in candidates_for(hot, searched, options.per_dispatch):
             problem = compiles_alone(c.files[c.dispatch.executable], work)
             if problem is None:
                 candidates.append(c)
@@ -173,10 +185,13 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         base_bundle = build_one(base, 0)
         if base_bundle is None:
             return chosen, []
+        # the dispatches' own times are screened against the module they were edited from
+        screen_base = base_bundle if searched is base or not costs else \
+            build_one(searched, len(candidates) + 2)
         built = [(c, b) for i, c in enumerate(candidates, start=1)
                  if (b := build_one(c.variant, i)) is not None]
-        if costs:
-            winners, notes = screen(base_bundle, built, work, say)
+        if costs and screen_base is not None:
+            winners, notes = screen(screen_base, built, work, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
                         for c, _ in built if c not in winners]
             to_measure = []
@@ -184,7 +199,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                 files = {k: v for c in winners for k, v in c.files.items()}
                 label = "+".join(c.label for c in winners) if len(winners) > 1 \
                     else winners[0].label
-                variant = with_configs(base, files, label)
+                variant = with_configs(searched, files, label)
                 bundle = build_one(variant, len(candidates) + 1)
                 if bundle is not None:
                     to_measure.append((variant, bundle, "; ".join(notes[c.label]

@@ -143,15 +143,7 @@ def test_tune_measures_on_the_device_and_never_activates_a_candidate(write_recip
     assert [c["status"] for c in record["candidates"]] == ["ok"] * 4
     assert current_of(arm_device, "tuned-pi") is None and releases_on(arm_device,
                                                                        "tuned-pi") == set()
-    # measured on one thread (the device's local-sync driver), deployed to run that way
-    deployed = edgekit("deploy", "--target", "rpi4", "--recipe", str(recipe), "--host",
-                       arm_device.name, "--json")
-    assert deployed.returncode == 0, deployed.stderr
-    release = json.loads(deployed.stdout)["release"]
-    assert json.loads(deployed.stdout)["report"]["ok"]
-    run_env = arm_device.host_path(f"{arm_device.home}/.edgekit/apps/tuned-pi/releases/"
-                                   f"{release}/run.env")
-    assert "DRIVER=local-sync" in run_env.read_text()
+    # deployed as tuned (one thread: local-sync): tests/device/test_tuned_on_device.py
 
 
 def test_tune_reports_candidates_that_validate_wrongly_on_the_device(write_recipe, x86_device,
