@@ -28,16 +28,21 @@ def test_tune_dispatches_on_the_pi_and_the_bundle_runs_there_as_tuned(write_reci
 
     # the same model with a searched set named in its recipe (all of the candidate's flags,
     # after the tuned variant's: they win, whichever won under qemu) deploys with the set in
-    # the release, validated there on the tuned runtime configuration
+    # the release, validated and benchmarked there in the tuned runtime configuration
     pinned = write_recipe(f"name: pi-pinned\nmodel:\n  python: {MODEL}\ncompile:\n  flags: "
                           f"{json.dumps(tried[0]['flags'])}\n", name="pinned.yaml")
-    deployed = edgekit("deploy", "--target", "rpi4", "--recipe", str(pinned), "--host",
-                       arm_device.name, "--json")
-    assert deployed.returncode == 0, deployed.stderr
-    result = json.loads(deployed.stdout)
-    assert result["report"]["ok"]
+    bundle = pinned.parent / "pinned-bundle"
+    built = edgekit("build", "--recipe", str(pinned), "--target", "rpi4", "--out", str(bundle))
+    assert built.returncode == 0, built.stderr
+    # bench --bundle deploys it first: validated on the device, or no benchmark
+    bench = edgekit("bench", "run", arm_device.name, "--bundle", str(bundle), "--rounds", "1",
+                    "--repetitions", "2", "--warmup", "0", "--json")
+    assert bench.returncode == 0, bench.stderr
+    [entry] = json.loads(bench.stdout)["results"]
+    assert entry["config"]["driver"] == "local-sync" and entry["config"]["threads"] == 1
+    assert entry["config"]["flags"] == "--device=local-sync"
     release = arm_device.host_path(f"{arm_device.home}/.edgekit/apps/pi-pinned/releases/"
-                                   f"{result['release']}")
+                                   f"{entry['release']}")
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["tuning"]["flags"] == chosen["flags"]          # the tuned choice applies
     digest = tried[0]["flags"][-1].rpartition("=")[2]
@@ -46,10 +51,3 @@ def test_tune_dispatches_on_the_pi_and_the_bundle_runs_there_as_tuned(write_reci
     assert (manifest["runtime_driver"], manifest["runtime_threads"]) == ("local-sync", None)
     run_env = (release / "run.env").read_text()
     assert "DRIVER=local-sync" in run_env and "RUNTIME_FLAGS='--device=local-sync'" in run_env
-
-    bench = edgekit("bench", "run", arm_device.name, "--app", "pi-pinned", "--rounds", "1",
-                    "--repetitions", "2", "--warmup", "0", "--json")
-    assert bench.returncode == 0, bench.stderr
-    [entry] = json.loads(bench.stdout)["results"]
-    assert entry["config"]["driver"] == "local-sync" and entry["config"]["threads"] == 1
-    assert entry["config"]["flags"] == "--device=local-sync"
