@@ -90,7 +90,9 @@ class RolloutPolicy(Frozen):
     gate_rounds: int = pydantic.Field(default=5, ge=1)
     gate_round_s: float = pydantic.Field(default=0.2, gt=0, le=60,
                                          description="shortest benchmark round per release")
-    gate_threads: int = pydantic.Field(default=1, ge=1)
+    gate_threads: int | None = pydantic.Field(
+        default=None, ge=1, description="latency gate's thread count; unset: each release in "
+                                         "its own tuned runtime configuration (untuned: 1)")
     rollback_on_halt: Literal["none", "wave", "all"] = "none"
 
     @pydantic.field_validator("canary")

@@ -31,7 +31,7 @@ import numpy as np
 from edgekit.config.fleet import Fleet, RolloutPolicy, load_fleet
 from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
-from edgekit.device.bench import RoundConfig, bench_round, remote_manifest
+from edgekit.device.bench import RoundConfig, bench_round, remote_manifest, run_configs
 from edgekit.config.profiles import load_target
 from edgekit.device.deploy import (Gate, deploy_bundle, preflight_target, release_id,
                                    restore_release)
@@ -276,9 +276,13 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
 
     def measure(conn: Transport, info: DeviceInfo, release: str) -> dict:
         manifests = {r: remote_manifest(conn, app, r) for r in (baseline, release)}
+        # each release as it runs: its tuned driver and threads, or the policy's count
+        wanted = (policy.gate_threads,) if policy.gate_threads else None
+        runs_as = {r: run_configs(m, wanted)[0] for r, m in manifests.items()}
         probe_run = bench_round(conn, info.arch, baseline, manifests[baseline],
-                                RoundConfig(repetitions=5, threads=policy.gate_threads,
-                                            warmup=1, conditions=False))
+                                RoundConfig(repetitions=5, threads=runs_as[baseline][0],
+                                            driver=runs_as[baseline][1], warmup=1,
+                                            conditions=False))
         call_ms = max(float(np.median(probe_run.samples_ms)), 1e-4)
         batch = max(1, math.ceil(1.0 / call_ms))
         per_round = min(MAX_GATE_SAMPLES, max(policy.gate_repetitions // policy.gate_rounds,
@@ -288,9 +292,9 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
         for _ in range(policy.gate_rounds):
             for r in (baseline, release):
                 run = bench_round(conn, info.arch, r, manifests[r],
-                                  RoundConfig(repetitions=per_round, threads=policy.gate_threads,
-                                              warmup=2, conditions=False,
-                                              calls_per_sample=batch))
+                                  RoundConfig(repetitions=per_round, threads=runs_as[r][0],
+                                              driver=runs_as[r][1], warmup=2,
+                                              conditions=False, calls_per_sample=batch))
                 rounds[r].append(run.samples_ms)
         verdict = paired_p90_verdict(rounds[baseline], rounds[release], policy.max_p90_ratio)
         measured.update(verdict, calls_per_sample=batch, samples_per_round=per_round)
