@@ -9,6 +9,7 @@ Used by `edgekit tune --host` (candidate variants), `edgekit build --compare-qua
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +22,12 @@ from edgekit.device.deploy import release_id, upload_release, validate_on_device
 from edgekit.device.preflight import pick_variant
 from edgekit.device.probe import probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
-from edgekit.device.releases import list_releases
+from edgekit.device.releases import list_releases, scratch_token
 from edgekit.device.trust import install_signers
+from edgekit.errors import RemoteCommandFailed
 from edgekit.models.bundle import MODULE, Bundle
 from edgekit.toolchain.iree import driver_for_threads
+from edgekit.toolchain.iree_profile import profiling_flags
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
 
@@ -44,6 +47,34 @@ class DeviceTrial:
                              conditions=False,
                              driver=driver_for_threads(m.runtime_driver, threads))
         return bench_round(self.conn, self.arch, release_id(bundle), m, config).samples_ms
+
+    def profile(self, bundle: Bundle, iterations: int, into: Path) -> tuple[dict, Path]:
+        """(iree-benchmark-module's record, the HAL profile trace fetched into `into`) of
+        `iterations` calls on the device at one thread (local-sync), as iree_profile's
+        profiled_run takes them here."""
+        m = bundle.manifest
+        scratch = layout.validation_dir(m.app, scratch_token())
+        trace = f"{scratch}/run.ireeprof"
+        self.conn.mkdirs(scratch)
+        try:
+            result = self.conn.run(
+                ["env", "EDGEKIT_DRIVER=local-sync", "sh",
+                 f"{layout.shims_dir(shim_version())}/bench.sh",
+                 layout.runtime_dir(m.compiler_version, self.arch),
+                 layout.release_dir(m.app, release_id(bundle)),
+                 f"--benchmark_min_time={iterations}x", *profiling_flags(trace)],
+                check=False, timeout=3600)
+            if result.returncode != 0:
+                raise RemoteCommandFailed("iree-benchmark-module's HAL profile failed",
+                                          where=self.conn.where, argv=["bench.sh"],
+                                          returncode=result.returncode,
+                                          stderr_tail=result.stderr.decode(
+                                              errors="replace")[-2000:])
+            local = into / "device.ireeprof"
+            self.conn.get(trace, local)
+            return json.loads(result.stdout)["benchmarks"][0], local
+        finally:
+            self.conn.run(["rm", "-rf", "--", scratch], check=False)
 
 
 @contextlib.contextmanager

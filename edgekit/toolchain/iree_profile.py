@@ -23,12 +23,23 @@ def profiled_run(bundle: Bundle, iterations: int, work: Path,
          "--device=local-sync", f"--function={m.entry_function}",
          *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
          f"--benchmark_min_time={iterations}x", "--benchmark_format=json",
-         "--device_profiling_mode=host-execution,executable-metadata",
-         f"--device_profiling_output={trace}"],
+         *profiling_flags(str(trace))],
         check=True, capture_output=True, text=True, timeout=timeout).stdout
     run = json.loads(out)["benchmarks"][0]
+    return run, dispatch_groups(trace, timeout)
+
+
+def profiling_flags(trace: str) -> tuple[str, ...]:
+    """iree-benchmark-module's HAL profiling into `trace` (the device's tool has them too)."""
+    return ("--device_profiling_mode=host-execution,executable-metadata",
+            f"--device_profiling_output={trace}")
+
+
+def dispatch_groups(trace: Path, timeout: float = 1800) -> list[dict]:
+    """The host dispatch groups `iree-profile dispatch` reads from a trace (this machine's
+    tool also reads a trace a device wrote)."""
     groups = subprocess.run([iree.tool_path("iree-profile"), "dispatch", "--format=jsonl",
                              str(trace)], check=True, capture_output=True, text=True,
                             timeout=timeout).stdout
-    return run, [g for g in map(json.loads, groups.splitlines())
-                 if g.get("type") == "host_dispatch_group"]
+    return [g for g in map(json.loads, groups.splitlines())
+            if g.get("type") == "host_dispatch_group"]

@@ -38,7 +38,7 @@ from edgekit.models.bundle import Bundle
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
-from edgekit.toolchain.iree_profile import profiled_run
+from edgekit.toolchain.iree_profile import dispatch_groups, profiled_run
 from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
                                            set_digest, with_levels)
 
@@ -53,7 +53,11 @@ NO_INLINED_CONSTANTS = "--iree-flow-inline-constants-max-byte-length=0"
 def profile_ms(bundle: Bundle, work: Path, iterations: int = 5) -> dict[str, float]:
     """{dispatch function: ms per inference at its fastest call} from IREE's HAL profiler
     (local-sync, 1 thread)."""
-    run, groups = profiled_run(bundle, iterations, work)
+    return costs_of(*profiled_run(bundle, iterations, work))
+
+
+def costs_of(run: dict, groups: list[dict]) -> dict[str, float]:
+    """profile_ms's figures from a benchmark record and its trace's dispatch groups."""
     runs = run["iterations"]
     costs: dict[str, float] = {}
     for g in groups:
@@ -145,8 +149,10 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
             say(f"no dispatch search: {tuner._one_line(exc)}")
             return chosen, []
         here = options.host is None and tuner.runs_here(target)
-        costs = _steady_costs(dumped, work) if here else None
-        how = "ranked by IREE's HAL profile" if costs else "ranked by FLOPs (static)"
+        costs = _steady_costs(dumped, work) if here else \
+            _device_costs(options, dumped, work, say) if options.host else None
+        how = ("ranked by IREE's HAL profile" + ("" if here else " on the device")) if costs \
+            else "ranked by FLOPs (static)"
         # IREE's configured source of some dispatches does not compile again as printed
         # (ResNet18-like's 7x7 stem convolution: an llvm.getelementptr with a dynamic-index
         # sentinel): each executable is compiled alone first (~1 s, not a model build)
@@ -186,11 +192,11 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         if base_bundle is None:
             return chosen, []
         # the dispatches' own times are screened against the module they were edited from
-        screen_base = base_bundle if searched is base or not costs else \
+        screen_base = base_bundle if searched is base or not (here and costs) else \
             build_one(searched, len(candidates) + 2)
         built = [(c, b) for i, c in enumerate(candidates, start=1)
                  if (b := build_one(c.variant, i)) is not None]
-        if costs and screen_base is not None:
+        if here and costs and screen_base is not None:
             winners, notes = screen(screen_base, built, work, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
                         for c, _ in built if c not in winners]
@@ -205,7 +211,11 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                     to_measure.append((variant, bundle, "; ".join(notes[c.label]
                                                                   for c in winners)))
         else:
-            to_measure = [(c.variant, b, "") for c, b in built]
+            # how the dispatch was picked (and what it cost there), for the record
+            to_measure = [(c.variant, b, f"{how}" + (
+                f": {c.dispatch.function} {_rate(c.dispatch.function, ms)}"
+                if costs and (ms := _dispatch_ms(costs, c.dispatch.function)) is not None
+                else "")) for c, b in built]
         if not to_measure:
             return chosen, results
         measured = tuner.measure(options, target, [(base, base_bundle),
@@ -244,6 +254,23 @@ def _steady_costs(bundle: Bundle, work: Path, runs: int = SCREEN_ROUNDS
     if not profiles:
         return None
     return {k: min(p.get(k, float("inf")) for p in profiles) for k in profiles[0]}
+
+
+def _device_costs(options, bundle: Bundle, work: Path, say) -> dict[str, float] | None:
+    """profile_ms on the device (`--host`): the configured build uploaded as a trial release,
+    validated, profiled there by its own iree-benchmark-module, the trace read here. None
+    (ranked by FLOPs instead, as the progress line says) when any of it fails."""
+    from edgekit.device.trial import trial_on_device
+    try:
+        with trial_on_device(options.host, options.identity, [bundle], say) as trial:
+            if trial.problems[0] is not None:
+                return None
+            say("profiling the dispatches on the device (IREE's HAL profiler)")
+            run, trace = trial.profile(bundle, 5, work)
+            return costs_of(run, dispatch_groups(trace))
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, EdgekitError) as exc:
+        say(f"no HAL profile on the device: {str(exc).splitlines()[0][:200] if str(exc) else exc}")
+        return None
 
 
 def _profile_or_none(bundle: Bundle, work: Path) -> dict[str, float] | None:
