@@ -3,10 +3,11 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
 
 1. Build the chosen variant once more with IREE's configuration dump
    (toolchain/iree_configs.py: each dispatch's root op and its tile sizes).
-2. Rank the dispatches: on this machine by IREE's HAL profiler (iree-benchmark-module
+2. Rank the dispatches by IREE's HAL profiler (iree-benchmark-module
    `--device_profiling_mode=host-execution`, read by `iree-profile dispatch`, as
-   bench/dispatch_profile.py); for a target measured on a device, by the FLOPs IREE's
-   dispatch names give (no profiler run there: the ranking is static, and said so).
+   bench/dispatch_profile.py): here, or for a target measured on a device, there (the
+   device's own tool; the trace is read here). When no profile can be had, by the FLOPs
+   IREE's dispatch names give (static, and said so).
 3. For each, a few tile sizes around the compiler's (tune/dispatch_configs.py), each a
    candidate module: the variant's flags + `--edgekit-dispatch-configs=<sha256>` (the edited
    executables, kept by content digest under $EDGEKIT_HOME/tuning/dispatch-configs/; the
