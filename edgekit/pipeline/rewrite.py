@@ -22,22 +22,34 @@ import torch
 
 from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.rewrite_softmax import count_softmax, softmax_by_columns, softmax_rewritten
 
 
 def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
                   flags: tuple[str, ...]) -> ExportedModel[torch.export.ExportedProgram]:
     options = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
     max_pixels = options.get("convs-as-matmul")
-    if max_pixels is None:
+    min_rows = options.get("softmax-by-columns")
+    if max_pixels is None and min_rows is None:
         return exported
     aten = torch.ops.aten
-    program = exported.program.run_decompositions(
-        {aten.conv2d.default: _conv_as_matmul(max_pixels)})
-    before = _count(exported.program, aten.conv2d.default)
-    rewritten = before - _count(program, aten.convolution.default)
-    note = (f"{rewritten} of {before} convolutions as im2col + matmul "
-            f"({PREFIX}convs-as-matmul={max_pixels})")
-    return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, note))
+    table, notes = {}, []
+    if max_pixels is not None:
+        table[aten.conv2d.default] = _conv_as_matmul(max_pixels)
+    if min_rows is not None:
+        table[aten.softmax.int] = softmax_by_columns(min_rows)
+    program = exported.program.run_decompositions(table)
+    if max_pixels is not None:
+        before = _count(exported.program, aten.conv2d.default)
+        rewritten = before - _count(program, aten.convolution.default)
+        notes.append(f"{rewritten} of {before} convolutions as im2col + matmul "
+                     f"({PREFIX}convs-as-matmul={max_pixels})")
+    if min_rows is not None:
+        notes.append(f"{softmax_rewritten(exported.program, min_rows)} of "
+                     f"{count_softmax(exported.program)} softmax by columns "
+                     f"({PREFIX}softmax-by-columns={min_rows})")
+    return dataclasses.replace(exported, program=program,
+                               rewrites=(*exported.rewrites, *notes))
 
 
 def _count(program: torch.export.ExportedProgram, op) -> int:
