@@ -22,7 +22,8 @@ import torch
 
 from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
-from edgekit.pipeline.rewrite_softmax import count_softmax, softmax_by_columns, softmax_rewritten
+from edgekit.pipeline.rewrite_softmax import (count_softmax, scores_by_columns,
+                                             softmax_by_columns, softmax_rewritten)
 
 
 def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
@@ -38,7 +39,9 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
         table[aten.conv2d.default] = _conv_as_matmul(max_pixels)
     if min_rows is not None:
         table[aten.softmax.int] = softmax_by_columns(min_rows)
-    program = exported.program.run_decompositions(table)
+    program = scores_by_columns(exported.program, min_rows) if min_rows is not None else \
+        exported.program
+    program = program.run_decompositions(table)
     if max_pixels is not None:
         before = _count(exported.program, aten.conv2d.default)
         rewritten = before - _count(program, aten.convolution.default)

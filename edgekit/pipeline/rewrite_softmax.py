@@ -19,6 +19,44 @@ from __future__ import annotations
 import torch
 
 
+def scores_by_columns(program: torch.export.ExportedProgram, min_rows: int
+                      ) -> torch.export.ExportedProgram:
+    """A copy of the program in which each softmax over the last dimension of a (scaled) matmul,
+    softmax(a·b·s), is computed by columns from the transposed product: softmax(bᵀ·aᵀ·s, dim=-2)ᵀ.
+    The product comes out of its matmul already transposed, so no reduction of the softmax has
+    to read across a transpose (IREE folds the transpose of a softmax's input into its max
+    reduction, which then reduces along the rows again). The others are left to
+    `softmax_by_columns`."""
+    aten = torch.ops.aten
+    program = program.run_decompositions({})   # a copy: the caller's program stays as it was
+    graph = program.graph_module.graph
+    for softmax in [n for n in graph.nodes if n.target is aten.softmax.int]:
+        x, dim, *rest = softmax.args
+        if rest and rest[0] is not None or not by_columns(tuple(x.meta["val"].shape), dim,
+                                                          min_rows):
+            continue
+        scaled = x.target in (aten.div.Tensor, aten.mul.Tensor) and \
+            not isinstance(x.args[1], torch.fx.Node)
+        product = x.args[0] if scaled else x
+        if product.target is not aten.matmul.default or len(product.users) != 1 or \
+                len(x.users) != 1:
+            continue
+        a, b = product.args
+        with graph.inserting_before(product):
+            transposed = graph.call_function(aten.matmul.default, (
+                graph.call_function(aten.transpose.int, (b, -2, -1)),
+                graph.call_function(aten.transpose.int, (a, -2, -1))))
+        product.replace_all_uses_with(transposed)
+        graph.erase_node(product)
+        softmax.args = (x, -2)
+        with graph.inserting_after(softmax):
+            back = graph.call_function(aten.transpose.int, (softmax, -2, -1))
+        softmax.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+    graph.lint()
+    program.graph_module.recompile()
+    return program
+
+
 def softmax_by_columns(min_rows: int):
     """A decomposition of `aten.softmax.int` for `ExportedProgram.run_decompositions`."""
     aten = torch.ops.aten
