@@ -12,6 +12,9 @@ has at most N pixels become explicit im2col + matmul, channels-last. Measured wi
 (`bench/dispatch_profile.py`, ResNet18-like, 1 thread, this machine): IREE's direct convolution
 reaches 123–139 GFLOP/s on 56² and 28² outputs but only 30 on 7² and 50 on 14²; as matmuls with
 data tiling those layers run at 60 and 99 GFLOP/s, and the module takes 49 ms instead of 69 ms.
+
+`--edgekit-softmax-by-columns=N`: a last-dimension softmax with at least N rows computed over
+its transpose (pipeline/rewrite_softmax.py says why and what it measured).
 """
 
 from __future__ import annotations
