@@ -32,14 +32,14 @@ def scores_by_columns(program: torch.export.ExportedProgram, min_rows: int
     graph = program.graph_module.graph
     for softmax in [n for n in graph.nodes if n.target is aten.softmax.int]:
         x, dim, *rest = softmax.args
-        if rest and rest[0] is not None or not by_columns(tuple(x.meta["val"].shape), dim,
-                                                          min_rows):
-            continue
+        if rest and rest[0] is not None or softmax.kwargs or \
+                not by_columns(_shape(x), dim, min_rows):
+            continue    # a dtype cast, or not by columns: left to softmax_by_columns
         scaled = x.target in (aten.div.Tensor, aten.mul.Tensor) and \
             not isinstance(x.args[1], torch.fx.Node)
         product = x.args[0] if scaled else x
         if product.target is not aten.matmul.default or len(product.users) != 1 or \
-                len(x.users) != 1:
+                len(x.users) != 1 or min(len(_shape(a)) for a in product.args) < 2:
             continue
         a, b = product.args
         with graph.inserting_before(product):
@@ -55,6 +55,12 @@ def scores_by_columns(program: torch.export.ExportedProgram, min_rows: int
     graph.lint()
     program.graph_module.recompile()
     return program
+
+
+def _shape(node: torch.fx.Node) -> tuple:
+    """The node's static shape as export recorded it (() when it did not)."""
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
 
 
 def softmax_by_columns(min_rows: int):
@@ -85,4 +91,4 @@ def count_softmax(program: torch.export.ExportedProgram) -> int:
 def softmax_rewritten(program: torch.export.ExportedProgram, min_rows: int) -> int:
     """How many of the program's softmax `softmax_by_columns(min_rows)` computes by columns."""
     return sum(1 for n in program.graph.nodes if n.target is torch.ops.aten.softmax.int
-               and by_columns(tuple(n.args[0].meta["val"].shape), n.args[1], min_rows))
+               and by_columns(_shape(n.args[0]), n.args[1], min_rows))
