@@ -8,10 +8,12 @@ import re
 
 PREFIX = "--edgekit-"
 OPTIONS = {"convs-as-matmul": "max output pixels (an integer >= 1)",
+           "softmax-by-columns": "min rows (an integer >= 1)",
            # per-dispatch configurations `edgekit tune` found (tune/dispatch_configs.py), by
            # the sha256 of their content: the digest, not a path, enters the build key
            "dispatch-configs": "sha256 of a tuned dispatch configuration set (64 hex digits)"}
-_VALID = {"convs-as-matmul": lambda v: v.isdigit() and int(v) >= 1,
+_INTEGER = {"convs-as-matmul", "softmax-by-columns"}
+_VALID = {**{name: lambda v: v.isdigit() and int(v) >= 1 for name in _INTEGER},
           "dispatch-configs": lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None}
 
 
@@ -26,7 +28,7 @@ def parse_edgekit_flags(flags: tuple[str, ...]) -> dict[str, int | str]:
             known = ", ".join(f"{PREFIX}{k}=… ({v})" for k, v in OPTIONS.items())
             raise ValueError(f"unknown or malformed edgekit option {flag!r}; edgekit's own "
                              f"options: {known}")
-        options[name] = int(value) if name == "convs-as-matmul" else value
+        options[name] = int(value) if name in _INTEGER else value
     return options
 
 

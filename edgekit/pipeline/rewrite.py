@@ -12,6 +12,9 @@ has at most N pixels become explicit im2col + matmul, channels-last. Measured wi
 (`bench/dispatch_profile.py`, ResNet18-like, 1 thread, this machine): IREE's direct convolution
 reaches 123–139 GFLOP/s on 56² and 28² outputs but only 30 on 7² and 50 on 14²; as matmuls with
 data tiling those layers run at 60 and 99 GFLOP/s, and the module takes 49 ms instead of 69 ms.
+
+`--edgekit-softmax-by-columns=N`: a last-dimension softmax with at least N rows computed over
+its transpose (pipeline/rewrite_softmax.py says why and what it measured).
 """
 
 from __future__ import annotations
@@ -22,22 +25,37 @@ import torch
 
 from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.rewrite_softmax import (count_softmax, scores_by_columns,
+                                             softmax_by_columns, softmax_rewritten)
 
 
 def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
                   flags: tuple[str, ...]) -> ExportedModel[torch.export.ExportedProgram]:
     options = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
     max_pixels = options.get("convs-as-matmul")
-    if max_pixels is None:
+    min_rows = options.get("softmax-by-columns")
+    if max_pixels is None and min_rows is None:
         return exported
     aten = torch.ops.aten
-    program = exported.program.run_decompositions(
-        {aten.conv2d.default: _conv_as_matmul(max_pixels)})
-    before = _count(exported.program, aten.conv2d.default)
-    rewritten = before - _count(program, aten.convolution.default)
-    note = (f"{rewritten} of {before} convolutions as im2col + matmul "
-            f"({PREFIX}convs-as-matmul={max_pixels})")
-    return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, note))
+    table, notes = {}, []
+    if max_pixels is not None:
+        table[aten.conv2d.default] = _conv_as_matmul(max_pixels)
+    if min_rows is not None:
+        table[aten.softmax.int] = softmax_by_columns(min_rows)
+    program = scores_by_columns(exported.program, min_rows) if min_rows is not None else \
+        exported.program
+    program = program.run_decompositions(table)
+    if max_pixels is not None:
+        before = _count(exported.program, aten.conv2d.default)
+        rewritten = before - _count(program, aten.convolution.default)
+        notes.append(f"{rewritten} of {before} convolutions as im2col + matmul "
+                     f"({PREFIX}convs-as-matmul={max_pixels})")
+    if min_rows is not None:
+        notes.append(f"{softmax_rewritten(exported.program, min_rows)} of "
+                     f"{count_softmax(exported.program)} softmax by columns "
+                     f"({PREFIX}softmax-by-columns={min_rows})")
+    return dataclasses.replace(exported, program=program,
+                               rewrites=(*exported.rewrites, *notes))
 
 
 def _count(program: torch.export.ExportedProgram, op) -> int:
