@@ -79,7 +79,8 @@ def main() -> int:
         got = compiled(x, y)
     assert np.allclose(got.numpy(), expected)
     runner = runners._IN_PROCESS[-1]          # the graph's in-process runner, just created
-    lean = runner._call
+    module = runner._module                   # its InProcessModule (toolchain/iree_runtime.py)
+    lean = module._call
     assert lean is not None, "the add graph's ABI should take the lean path"
     # the same module on `local-sync` (no task system): what a 1-thread in-process call costs
     import iree.runtime as rt
@@ -93,11 +94,11 @@ def main() -> int:
     feeds = {"x": xn, "y": yn}
 
     def invoker_run():
-        runner._call = None
+        module._call = None
         try:
             return runner.run([xn, yn])
         finally:
-            runner._call = lean
+            module._call = lean
 
     def eager():
         with torch.no_grad():
