@@ -37,7 +37,7 @@ from edgekit.pipeline import source_key
 from edgekit.pipeline.stages import Stage, check_plan, run_plan
 from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.runner import keep_temps
-from edgekit.toolchain.versions import toolchain_versions
+from edgekit.toolchain.versions import edgekit_code_digest, toolchain_versions
 from edgekit.validate.golden import check_golden
 from edgekit.validate.tolerance import with_build_defaults
 
@@ -269,6 +269,7 @@ def build_key(origin: dict, target: Target, exported: ExportedModel,
                          if exported.quantization else None),
         "target": target.fingerprint(),
         "toolchain": toolchain_versions(),
+        "edgekit_code": edgekit_code_digest(),   # an edited rewrite is another toolchain
         "bundle_schema": 2,     # 2: signed (manifest.json.sig)
     })
 

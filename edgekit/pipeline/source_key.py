@@ -48,7 +48,7 @@ from edgekit.models.bundle import TuningNote, load_bundle
 from edgekit.pipeline.build_types import BuildOptions, BuildResult, Steer, default_out
 from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.hit import _publish, _write_tar, cache_slot
-from edgekit.toolchain.versions import toolchain_versions
+from edgekit.toolchain.versions import edgekit_code_digest, toolchain_versions
 
 SCHEMA = 1
 
@@ -177,18 +177,6 @@ def _sha256(path: str) -> str | None:
     return digest.hexdigest()
 
 
-@functools.cache
-def _own_code() -> str:
-    """edgekit's own sources: its load/export code, imported before a build reads anything,
-    shapes the exported program too (an edited checkout is another toolchain). ~150 files."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def _steer_name(steer: Steer | None) -> str | None:
     """The steering's identity in the key; None when it does not declare what it reads."""
     if steer is None:
@@ -220,7 +208,7 @@ def source_key(options: BuildOptions, recipe: Recipe, target: Target) -> str | N
         "toolchain": toolchain_versions(),
         **_npu_toolchains(target),
         "python": sys.version,
-        "edgekit": _own_code(),
+        "edgekit": edgekit_code_digest(),
         "sources": sources,
     })
 

@@ -78,3 +78,19 @@ def test_the_lean_call_takes_flat_tensor_signatures_only():
     assert _flat_tensor_signature({"iree.abi.declaration": decl.replace(
         "%input1: tensor<1x16xf32>", "%input1: i64")}) is None
     assert _flat_tensor_signature({}) is None
+
+
+def test_the_build_key_changes_with_edgekit_s_own_code(monkeypatch):
+    """An edited rewrite with the same flags must not answer from what the old code built (the
+    full key used to hold only edgekit's version number)."""
+    import types
+
+    from edgekit.config.profiles import load_target
+    from edgekit.pipeline import build as build_module
+    exported = types.SimpleNamespace(digest="m" * 64, quantization=None)
+    target = load_target("host")
+    keys = set()
+    for code in ("a" * 64, "b" * 64):
+        monkeypatch.setattr(build_module, "edgekit_code_digest", lambda code=code: code)
+        keys.add(build_module.build_key({"recipe": {}}, target, exported))
+    assert len(keys) == 2
