@@ -12,47 +12,150 @@ has at most N pixels become explicit im2col + matmul, channels-last. Measured wi
 (`bench/dispatch_profile.py`, ResNet18-like, 1 thread, this machine): IREE's direct convolution
 reaches 123–139 GFLOP/s on 56² and 28² outputs but only 30 on 7² and 50 on 14²; as matmuls with
 data tiling those layers run at 60 and 99 GFLOP/s, and the module takes 49 ms instead of 69 ms.
+
+`--edgekit-im2col-convs=all|0,3,5-9`: the same rewrite for the convolutions named by their order
+in the exported graph (from 0), any kernel and stride (groups 1): the per-convolution choice
+that `edgekit tune --conv-choice` makes from each convolution's dispatch time in IREE's HAL
+profile (tune/conv_choice.py). With `convs-as-matmul` too, a convolution either names goes.
+
+`--edgekit-fold-batchnorm=on`: eval-mode BatchNorm after a convolution is folded into the
+convolution's weight and bias (w·γ/√(σ²+ε), (b−μ)·γ/√(σ²+ε)+β), so no per-channel scale and
+shift is left to compute at run time.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
-from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
+from edgekit.config.edgekit_flags import PREFIX, conv_selection, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
 
 
 def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
                   flags: tuple[str, ...]) -> ExportedModel[torch.export.ExportedProgram]:
     options = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
+    program, notes = exported.program, []
+    if options.get("fold-batchnorm") == "on":
+        program, folded, total = fold_batchnorm(program)
+        notes.append(f"{folded} of {total} BatchNorms folded into their convolutions "
+                     f"({PREFIX}fold-batchnorm=on)")
     max_pixels = options.get("convs-as-matmul")
-    if max_pixels is None:
+    selection = options.get("im2col-convs")
+    if max_pixels is not None or selection is not None:
+        aten = torch.ops.aten
+        before = _count(program, aten.conv2d.default)
+        chosen = conv_selection(selection) if selection is not None else frozenset()
+        program = program.run_decompositions(
+            {aten.conv2d.default: _conv_as_matmul(max_pixels, chosen, before)})
+        rewritten = before - _count(program, aten.convolution.default)
+        how = ", ".join(f"{PREFIX}{k}={v}" for k, v in (("convs-as-matmul", max_pixels),
+                                                          ("im2col-convs", selection))
+                        if v is not None)
+        notes.append(f"{rewritten} of {before} convolutions as im2col + matmul ({how})")
+    if not notes:
         return exported
+    return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, *notes))
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """One 2-D convolution of the exported graph: what IREE's dispatch names carry."""
+    index: int            # its order among the graph's convolutions (im2col-convs' numbering)
+    cout: int
+    oh: int
+    ow: int
+    cin: int              # per group
+    kh: int
+    kw: int
+    groups: int
+
+    @property
+    def im2col_ok(self) -> bool:
+        return self.groups == 1
+
+
+def conv_shapes(program: torch.export.ExportedProgram) -> list[ConvShape]:
+    """The graph's aten.conv2d nodes in order, with static shapes (others are skipped but
+    keep their index)."""
+    out = []
+    convs = [n for n in program.graph.nodes if n.target is torch.ops.aten.conv2d.default]
+    for i, node in enumerate(convs):
+        result, weight = node.meta.get("val"), node.args[1].meta.get("val")
+        groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+        dims = (*getattr(result, "shape", ()), *getattr(weight, "shape", ()))
+        if len(dims) != 8 or not all(isinstance(d, int) for d in dims):
+            continue
+        _, _, oh, ow, cout, cin, kh, kw = dims
+        out.append(ConvShape(i, cout, oh, ow, cin, kh, kw, groups))
+    return out
+
+
+def fold_batchnorm(program: torch.export.ExportedProgram
+                   ) -> tuple[torch.export.ExportedProgram, int, int]:
+    """(a copy of `program` with eval-mode BatchNorms folded into the convolution that feeds
+    them, how many were folded, how many there were). A BatchNorm folds when its input is a
+    convolution used by nothing else and every tensor involved is a parameter or buffer used
+    only there; the convolution's new bias reuses the BatchNorm's shift parameter."""
     aten = torch.ops.aten
-    program = exported.program.run_decompositions(
-        {aten.conv2d.default: _conv_as_matmul(max_pixels)})
-    before = _count(exported.program, aten.conv2d.default)
-    rewritten = before - _count(program, aten.convolution.default)
-    note = (f"{rewritten} of {before} convolutions as im2col + matmul "
-            f"({PREFIX}convs-as-matmul={max_pixels})")
-    return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, note))
+    program = copy.deepcopy(program)
+    sig = program.graph_signature
+    state = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    norms = [n for n in program.graph.nodes if n.target is aten.batch_norm.default]
+    folded = 0
+    for bn in norms:
+        conv, gamma, beta, mean, var, training, _, eps, _ = bn.args
+        if training or conv.target is not aten.conv2d.default or len(conv.users) != 1:
+            continue
+        weight = conv.args[1]
+        bias = conv.args[2] if len(conv.args) > 2 else conv.kwargs.get("bias")
+        params = [weight, gamma, beta, mean, var, *([bias] if bias is not None else [])]
+        if any(getattr(p, "op", None) != "placeholder" or p.name not in state
+               or len(p.users) != 1 for p in params):
+            continue
+        value = {p: program.state_dict[state[p.name]] for p in params}
+        scale = value[gamma] / torch.sqrt(value[var] + eps)
+        shift = value[beta] - value[mean] * scale
+        if bias is not None:
+            shift = shift + value[bias] * scale
+        with torch.no_grad():
+            program.state_dict[state[weight.name]] = torch.nn.Parameter(
+                value[weight] * scale.reshape(-1, 1, 1, 1), requires_grad=False)
+            program.state_dict[state[beta.name]] = torch.nn.Parameter(shift,
+                                                                      requires_grad=False)
+        args = list(conv.args) + [None] * (3 - len(conv.args))
+        args[2] = beta
+        conv.args = tuple(args)
+        conv.kwargs = {k: v for k, v in conv.kwargs.items() if k != "bias"}
+        bn.replace_all_uses_with(conv)
+        program.graph.erase_node(bn)
+        folded += 1
+    program.graph_module.recompile()
+    return program, folded, len(norms)
 
 
 def _count(program: torch.export.ExportedProgram, op) -> int:
     return sum(1 for n in program.graph.nodes if n.target is op)
 
 
-def _conv_as_matmul(max_pixels: int):
+def _conv_as_matmul(max_pixels: int | None, chosen: frozenset[int] | None, convs: int):
+    """conv2d's decomposition: im2col + matmul where asked, else the convolution as it is.
+    `chosen`: the indices to rewrite (None: all). run_decompositions traces the graph in order,
+    twice in torch 2.13, so call k is convolution k modulo the graph's `convs`."""
     import torch.nn.functional as F
     aten = torch.ops.aten
+    seen = [0]
 
     def conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                groups=1):
         def unchanged():
             return aten.convolution.default(input, weight, bias, stride, padding, dilation,
                                             False, (0, 0), groups)
+        index = seen[0] % convs
+        seen[0] += 1
         shapes = (*input.shape, *weight.shape)
         if isinstance(padding, str) or groups != 1 or input.dim() != 4 or \
                 not all(isinstance(d, int) for d in shapes):
@@ -62,7 +165,8 @@ def _conv_as_matmul(max_pixels: int):
         (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
         oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-        if (kh, kw) == (1, 1) or oh * ow > max_pixels:
+        by_size = max_pixels is not None and (kh, kw) != (1, 1) and oh * ow <= max_pixels
+        if not by_size and not (chosen is None or index in chosen):
             return unchanged()
         # Channels-last inside: the TOSA lowering computes convolutions in NHWC, so the
         # permutes here cancel against its own around the neighbouring convolutions, and each
