@@ -114,6 +114,9 @@ def main() -> None:
                         help="also let the tuner search tile sizes of this many hot dispatches "
                              "(`edgekit tune --dispatches`)")
     parser.add_argument("--per-dispatch", type=int, default=3)
+    parser.add_argument("--conv-choice", action="store_true",
+                        help="also let the tuner choose direct or im2col per convolution "
+                             "(`edgekit tune --conv-choice`)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     opts = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -124,7 +127,7 @@ def main() -> None:
         record = tune(TuneOptions(recipe=recipe, target="host", threads=THREADS,
                                   lowerings=tuple(opts.lowerings.split(",")), rounds=5,
                                   repetitions=20, runtime=opts.tune_runtime,
-                                  dispatches=opts.dispatches,
+                                  conv_choice=opts.conv_choice, dispatches=opts.dispatches,
                                   per_dispatch=opts.per_dispatch))
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
