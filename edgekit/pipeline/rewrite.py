@@ -47,10 +47,10 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
     selection = options.get("im2col-convs")
     if max_pixels is not None or selection is not None:
         aten = torch.ops.aten
-        before = _count(program, aten.conv2d.default)
+        before = sum(_count(program, op) for op in _conv_ops())
         chosen = conv_selection(selection) if selection is not None else frozenset()
-        program = program.run_decompositions(
-            {aten.conv2d.default: _conv_as_matmul(max_pixels, chosen, before)})
+        decompose = _conv_as_matmul(max_pixels, chosen, before)
+        program = program.run_decompositions({op: decompose for op in _conv_ops()})
         rewritten = before - _count(program, aten.convolution.default)
         how = ", ".join(f"{PREFIX}{k}={v}" for k, v in (("convs-as-matmul", max_pixels),
                                                           ("im2col-convs", selection))
@@ -82,7 +82,7 @@ def conv_shapes(program: torch.export.ExportedProgram) -> list[ConvShape]:
     """The graph's aten.conv2d nodes in order, with static shapes (others are skipped but
     keep their index)."""
     out = []
-    convs = [n for n in program.graph.nodes if n.target is torch.ops.aten.conv2d.default]
+    convs = [n for n in program.graph.nodes if n.target in _conv_ops()]
     for i, node in enumerate(convs):
         result, weight = node.meta.get("val"), node.args[1].meta.get("val")
         groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
@@ -108,7 +108,7 @@ def fold_batchnorm(program: torch.export.ExportedProgram
     folded = 0
     for bn in norms:
         conv, gamma, beta, mean, var, training, _, eps, _ = bn.args
-        if training or conv.target is not aten.conv2d.default or len(conv.users) != 1:
+        if training or conv.target not in _conv_ops() or len(conv.users) != 1:
             continue
         weight = conv.args[1]
         bias = conv.args[2] if len(conv.args) > 2 else conv.kwargs.get("bias")
@@ -137,6 +137,13 @@ def fold_batchnorm(program: torch.export.ExportedProgram
     return program, folded, len(norms)
 
 
+# conv2d's two overloads in torch.export's graph: numeric padding, and "same"/"valid"
+# (MobileNetV2-like's stride-1 convolutions)
+def _conv_ops():
+    aten = torch.ops.aten
+    return (aten.conv2d.default, aten.conv2d.padding)
+
+
 def _count(program: torch.export.ExportedProgram, op) -> int:
     return sum(1 for n in program.graph.nodes if n.target is op)
 
@@ -151,15 +158,17 @@ def _conv_as_matmul(max_pixels: int | None, chosen: frozenset[int] | None, convs
 
     def conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                groups=1):
+        index = seen[0] % convs
+        seen[0] += 1
+        if isinstance(padding, str):    # "same" (stride 1) / "valid": as explicit padding
+            input, padding = _explicit_padding(input, weight, padding, dilation)
+
         def unchanged():
             return aten.convolution.default(input, weight, bias, stride, padding, dilation,
                                             False, (0, 0), groups)
-        index = seen[0] % convs
-        seen[0] += 1
         shapes = (*input.shape, *weight.shape)
-        if isinstance(padding, str) or groups != 1 or input.dim() != 4 or \
-                not all(isinstance(d, int) for d in shapes):
-            return unchanged()  # "same" padding, grouped/depthwise, dynamic shapes: as they are
+        if groups != 1 or input.dim() != 4 or not all(isinstance(d, int) for d in shapes):
+            return unchanged()  # grouped/depthwise, dynamic shapes: as they are
         n, c, h, w = input.shape
         cout, cin, kh, kw = weight.shape
         (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
@@ -184,3 +193,16 @@ def _conv_as_matmul(max_pixels: int | None, chosen: frozenset[int] | None, convs
             out = out + bias
         return out.permute(0, 3, 1, 2)
     return conv2d
+
+
+def _explicit_padding(input, weight, padding: str, dilation):
+    """(input, numeric padding) equal to conv2d's "same"/"valid": symmetric where the total is
+    even, else the odd pixel padded on the input (PyTorch puts it at the end)."""
+    import torch.nn.functional as F
+    if padding == "valid":
+        return input, (0, 0)
+    totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+    if all(t % 2 == 0 for t in totals):
+        return input, tuple(t // 2 for t in totals)
+    (th, tw) = totals
+    return F.pad(input, (tw // 2, tw - tw // 2, th // 2, th - th // 2)), (0, 0)

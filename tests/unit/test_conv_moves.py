@@ -139,3 +139,21 @@ def test_the_variants_own_conv_options_are_dropped_for_the_two_builds():
     assert without_conv_options(("--edgekit-convs-as-matmul=196", "--iree-opt-data-tiling",
                                  "--edgekit-im2col-convs=1-3", "--edgekit-fold-batchnorm=on")
                                 ) == ("--iree-opt-data-tiling", "--edgekit-fold-batchnorm=on")
+
+
+def test_same_padding_convolutions_are_numbered_and_rewritten_too():
+    # MobileNetV2-like's stride-1 convolutions are conv2d's "same" overload; an even kernel
+    # pads one pixel more at the end
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding="same"),
+                                torch.nn.Conv2d(8, 8, 2, padding="same"),
+                                torch.nn.Conv2d(8, 4, 1, padding="valid")).eval()
+    x = torch.randn(1, 3, 9, 9)
+    exported = ExportedModel(frontend=TorchFrontend(), program=torch.export.export(model, (x,)),
+                             digest="d", samples=(x.numpy(),), golden=(), inputs=(), outputs=())
+    assert [c.index for c in conv_shapes(exported.program)] == [0, 1, 2]
+    rewritten = rewrite_graph(exported, ("--edgekit-im2col-convs=all",))
+    assert rewritten.rewrites == ("3 of 3 convolutions as im2col + matmul "
+                                  "(--edgekit-im2col-convs=all)",)
+    np.testing.assert_allclose(run(rewritten.program, x), model(x).detach().numpy(), atol=1e-5)
+    kept = rewrite_graph(exported, ("--edgekit-im2col-convs=1",))
+    np.testing.assert_allclose(run(kept.program, x), model(x).detach().numpy(), atol=1e-5)
