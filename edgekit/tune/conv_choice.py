@@ -51,10 +51,11 @@ def shape_of(c: ConvShape) -> Shape:
 def direct_names(s: Shape) -> set[tuple[int, ...]]:
     """The dims IREE's dispatch name gives a direct convolution of this shape: NCHW (linalg:
     conv_CoutxOHxOWxCinxKhxKw, 1x1: matmul_like_CoutxOHxOWxCin) or NHWC (tosa:
-    conv_OHxOWxCoutxKhxKwxCin, 1x1: matmul_like_OHxOWxCoutxCin)."""
+    conv_OHxOWxCoutxKhxKwxCin, 1x1: matmul_like_OHxOWxCoutxCin, or with the pixels collapsed,
+    matmul_like_(OH·OW)xCoutxCin, as the TOSA path gives MobileNetV2-like's projections)."""
     cout, oh, ow, cin, kh, kw = s
     if (kh, kw) == (1, 1):
-        return {(cout, oh, ow, cin), (oh, ow, cout, cin)}
+        return {(cout, oh, ow, cin), (oh, ow, cout, cin), (oh * ow, cout, cin)}
     return {(cout, oh, ow, cin, kh, kw), (oh, ow, cout, kh, kw, cin)}
 
 
