@@ -224,9 +224,15 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
                                  threads, say)
     notes = {v.name: note for v, _, note in to_measure}
     again = next((r for r in measured if r.variant == base.name), None)
-    tried = [r.model_copy(update={"reason": "; ".join(filter(None, (notes.get(r.variant),
-                                                                     r.reason)))})
-             for r in measured if r.variant != base.name]
+
+    def against_base(r) -> str:
+        # its rounds are paired with the chosen variant's in this step, not the first pass's
+        paired = tuner.paired_gain(r, again) if again is not None else None
+        return "" if paired is None else (f"vs {base.name} in the same rounds: "
+                                          f"{paired[0]:+.1f}% ± {paired[1]:.1f}%")
+    tried = [r.model_copy(update={"reason": "; ".join(filter(None, (
+        against_base(r), notes.get(r.variant), r.reason)))})
+        for r in measured if r.variant != base.name]
     results += tried
     valid = [r for r in tried if r.status == "ok"]
     if again is None or again.status != "ok" or not valid:
