@@ -52,7 +52,8 @@ from host_latency import (load_model, ort_runner, time_interleaved,  # noqa: E40
 
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
-from edgekit.tune.tuner import TuneOptions, choose, tune  # noqa: E402
+from edgekit.config.profiles import load_target  # noqa: E402
+from edgekit.tune.tuner import DEFAULT_SET, TuneOptions, choose, tune  # noqa: E402
 
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
           "text_encoder": "text_encoder.yaml", "kws_mlp": "kws_mlp.yaml"}
@@ -82,6 +83,19 @@ def best_by_set(record, threads: int) -> dict[str, object]:
             if c.flag_set not in best or c.p50_ms < best[c.flag_set].p50_ms:
                 best[c.flag_set] = c
     return best
+
+
+def tuned_within(record, ok: list, threads: int):
+    """What `edgekit tune` chose, when it runs within `threads`; else what it chooses with that
+    budget among the profile's variants (a 2-thread budget may run 1 thread: a tiny model is
+    fastest on one). The tuner's own searches (`--conv-choice`, `--dispatches`) are measured in
+    rounds of their own against the variant they refine, so they are not re-ranked here: only
+    the tuner's own decision counts for them."""
+    if record.chosen.threads <= threads:
+        return record.chosen
+    sets = {DEFAULT_SET, *load_target("host").tune.flag_sets}
+    main = [c for c in ok if c.flag_set in sets]
+    return choose(main, record.default_variant, budget=threads)[0]
 
 
 # What iree-compile does with no flags at all (the issue's "default flag set": the linalg path,
@@ -114,6 +128,9 @@ def main() -> None:
                         help="also let the tuner search tile sizes of this many hot dispatches "
                              "(`edgekit tune --dispatches`)")
     parser.add_argument("--per-dispatch", type=int, default=3)
+    parser.add_argument("--conv-choice", action="store_true",
+                        help="also let the tuner choose direct or im2col per convolution "
+                             "(`edgekit tune --conv-choice`)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     opts = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -124,7 +141,7 @@ def main() -> None:
         record = tune(TuneOptions(recipe=recipe, target="host", threads=THREADS,
                                   lowerings=tuple(opts.lowerings.split(",")), rounds=5,
                                   repetitions=20, runtime=opts.tune_runtime,
-                                  dispatches=opts.dispatches,
+                                  conv_choice=opts.conv_choice, dispatches=opts.dispatches,
                                   per_dispatch=opts.per_dispatch))
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
@@ -152,9 +169,7 @@ def main() -> None:
             cols["iree_defaults"] = runner_for(IREE_DEFAULTS, t, t)
             for name, c in best_by_set(record, t).items():
                 cols[f"set:{name}"] = runner_for(c, t, t)
-            # what `edgekit tune --threads 1..t` chooses: with t threads available the tuner
-            # may use fewer (a tiny model is fastest on one)
-            tuned, _ = choose(ok, record.default_variant, budget=t)
+            tuned = tuned_within(record, ok, t)
             cols["tuned"] = runner_for(tuned, tuned.threads, t)
             cols["tuned_variant"] = f"{tuned.variant} {tuned.threads}t"
             cols["onnxruntime"], cols["torch"] = f"onnxruntime@{t}", f"torch@{t}"

@@ -34,6 +34,9 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 @click.option("--rounds", default=5, show_default=True, help="benchmark rounds (interleaved)")
 @click.option("--repetitions", default=30, show_default=True,
               help="measured calls per candidate and thread count")
+@click.option("--conv-choice", is_flag=True,
+              help="then choose per convolution between direct and im2col + matmul by "
+                   "each one's time in IREE's HAL profile (whole-model timing on --host)")
 @click.option("--dispatches", default=0, show_default=True,
               help="then search tile sizes for this many of the costliest dispatches "
                    "(llvm-cpu; a few candidates around the compiler's choice each)")
@@ -46,7 +49,8 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
          lowerings: str | None, flag_sets: str | None, threads: str | None,
          runtime: str | None, rounds: int,
-         repetitions: int, dispatches: int, per_dispatch: int, no_cache: bool,
+         repetitions: int, conv_choice: bool, dispatches: int, per_dispatch: int,
+         no_cache: bool,
          as_json: bool) -> None:
     """Build, validate and benchmark lowering × flag set × threads variants; record the
     fastest valid one so that `build` and `deploy` use it."""
@@ -61,7 +65,8 @@ def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
                           lowerings=_csv(lowerings), flag_sets=_csv(flag_sets),
                           threads=thread_counts, runtime=runtime, rounds=rounds,
                           repetitions=repetitions, use_cache=not no_cache,
-                          dispatches=dispatches, per_dispatch=per_dispatch)
+                          conv_choice=conv_choice, dispatches=dispatches,
+                          per_dispatch=per_dispatch)
     if as_json:
         render.emit_json(run_tune(options).model_dump(mode="json"))
         return

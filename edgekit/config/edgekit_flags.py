@@ -9,12 +9,20 @@ import re
 PREFIX = "--edgekit-"
 OPTIONS = {"convs-as-matmul": "max output pixels (an integer >= 1)",
            "softmax-by-columns": "min rows (an integer >= 1)",
+           # which convolutions (their order in the exported graph, from 0) become im2col +
+           # matmul: the per-convolution choice `edgekit tune --conv-choice` measures
+           "im2col-convs": "all, or convolution indices from 0 (e.g. 0,3,5-9)",
+           "fold-batchnorm": "on (fold eval-mode BatchNorm into the convolution before it)",
            # per-dispatch configurations `edgekit tune` found (tune/dispatch_configs.py), by
            # the sha256 of their content: the digest, not a path, enters the build key
            "dispatch-configs": "sha256 of a tuned dispatch configuration set (64 hex digits)"}
 _INTEGER = {"convs-as-matmul", "softmax-by-columns"}
 _VALID = {**{name: lambda v: v.isdigit() and int(v) >= 1 for name in _INTEGER},
+          "im2col-convs": lambda v: v == "all" or _SELECTION.fullmatch(v) is not None,
+          "fold-batchnorm": lambda v: v == "on",
           "dispatch-configs": lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None}
+
+_SELECTION = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 
 
 def parse_edgekit_flags(flags: tuple[str, ...]) -> dict[str, int | str]:
@@ -34,3 +42,25 @@ def parse_edgekit_flags(flags: tuple[str, ...]) -> dict[str, int | str]:
 
 def without_edgekit_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f for f in flags if not f.startswith(PREFIX))
+
+
+def conv_selection(value: str) -> frozenset[int] | None:
+    """The convolution indices an `im2col-convs` value names (None: all of them)."""
+    if value == "all":
+        return None
+    chosen: set[int] = set()
+    for part in value.split(","):
+        first, _, last = part.partition("-")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return frozenset(chosen)
+
+
+def format_selection(indices) -> str:
+    """The compact `im2col-convs` value for these indices: runs as first-last (0,3,5-9)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)

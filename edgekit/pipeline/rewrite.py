@@ -13,17 +13,28 @@ has at most N pixels become explicit im2col + matmul, channels-last. Measured wi
 reaches 123–139 GFLOP/s on 56² and 28² outputs but only 30 on 7² and 50 on 14²; as matmuls with
 data tiling those layers run at 60 and 99 GFLOP/s, and the module takes 49 ms instead of 69 ms.
 
+`--edgekit-im2col-convs=all|0,3,5-9`: the same rewrite for the convolutions named by their order
+in the exported graph (from 0), any kernel and stride (groups 1): the per-convolution choice
+that `edgekit tune --conv-choice` makes from each convolution's dispatch time in IREE's HAL
+profile (tune/conv_choice.py). With `convs-as-matmul` too, a convolution either names goes.
+
+`--edgekit-fold-batchnorm=on`: eval-mode BatchNorm after a convolution is folded into the
+convolution's weight and bias (w·γ/√(σ²+ε), (b−μ)·γ/√(σ²+ε)+β), so no per-channel scale and
+shift is left to compute at run time.
+
 `--edgekit-softmax-by-columns=N`: a last-dimension softmax with at least N rows computed over
 its transpose (pipeline/rewrite_softmax.py says why and what it measured).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
-from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
+from edgekit.config.edgekit_flags import PREFIX, conv_selection, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.rewrite_softmax import (count_softmax, scores_by_columns,
                                              softmax_by_columns, softmax_rewritten)
@@ -32,55 +43,151 @@ from edgekit.pipeline.rewrite_softmax import (count_softmax, scores_by_columns,
 def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
                   flags: tuple[str, ...]) -> ExportedModel[torch.export.ExportedProgram]:
     options = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
+    program, notes = exported.program, []
+    if options.get("fold-batchnorm") == "on":
+        program, folded, total = fold_batchnorm(program)
+        notes.append(f"{folded} of {total} BatchNorms folded into their convolutions "
+                     f"({PREFIX}fold-batchnorm=on)")
     max_pixels = options.get("convs-as-matmul")
-    min_rows = options.get("softmax-by-columns")
-    if max_pixels is None and min_rows is None:
-        return exported
-    aten = torch.ops.aten
-    table, notes = {}, []
-    if max_pixels is not None:
-        table[aten.conv2d.default] = _conv_as_matmul(max_pixels)
-    if min_rows is not None:
-        table[aten.softmax.int] = softmax_by_columns(min_rows)
-    program = scores_by_columns(exported.program, min_rows) if min_rows is not None else \
-        exported.program
-    program = program.run_decompositions(table)
-    if max_pixels is not None:
-        before = _count(exported.program, aten.conv2d.default)
+    selection = options.get("im2col-convs")
+    if max_pixels is not None or selection is not None:
+        aten = torch.ops.aten
+        before = sum(_count(program, op) for op in _conv_ops())
+        chosen = conv_selection(selection) if selection is not None else frozenset()
+        decompose = _conv_as_matmul(max_pixels, chosen, before)
+        program = program.run_decompositions({op: decompose for op in _conv_ops()})
         rewritten = before - _count(program, aten.convolution.default)
-        notes.append(f"{rewritten} of {before} convolutions as im2col + matmul "
-                     f"({PREFIX}convs-as-matmul={max_pixels})")
+        how = ", ".join(f"{PREFIX}{k}={v}" for k, v in (("convs-as-matmul", max_pixels),
+                                                          ("im2col-convs", selection))
+                        if v is not None)
+        notes.append(f"{rewritten} of {before} convolutions as im2col + matmul ({how})")
+    min_rows = options.get("softmax-by-columns")
     if min_rows is not None:
+        softmax = {torch.ops.aten.softmax.int: softmax_by_columns(min_rows)}
+        program = scores_by_columns(program, min_rows).run_decompositions(softmax)
         notes.append(f"{softmax_rewritten(exported.program, min_rows)} of "
                      f"{count_softmax(exported.program)} softmax by columns "
                      f"({PREFIX}softmax-by-columns={min_rows})")
-    return dataclasses.replace(exported, program=program,
-                               rewrites=(*exported.rewrites, *notes))
+    if not notes:
+        return exported
+    return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, *notes))
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """One 2-D convolution of the exported graph: what IREE's dispatch names carry."""
+    index: int            # its order among the graph's convolutions (im2col-convs' numbering)
+    cout: int
+    oh: int
+    ow: int
+    cin: int              # per group
+    kh: int
+    kw: int
+    groups: int
+
+    @property
+    def im2col_ok(self) -> bool:
+        return self.groups == 1
+
+
+def conv_shapes(program: torch.export.ExportedProgram) -> list[ConvShape]:
+    """The graph's aten.conv2d nodes in order, with static shapes (others are skipped but
+    keep their index)."""
+    out = []
+    convs = [n for n in program.graph.nodes if n.target in _conv_ops()]
+    for i, node in enumerate(convs):
+        result, weight = node.meta.get("val"), node.args[1].meta.get("val")
+        groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+        dims = (*getattr(result, "shape", ()), *getattr(weight, "shape", ()))
+        if len(dims) != 8 or not all(isinstance(d, int) for d in dims):
+            continue
+        _, _, oh, ow, cout, cin, kh, kw = dims
+        out.append(ConvShape(i, cout, oh, ow, cin, kh, kw, groups))
+    return out
+
+
+def fold_batchnorm(program: torch.export.ExportedProgram
+                   ) -> tuple[torch.export.ExportedProgram, int, int]:
+    """(a copy of `program` with eval-mode BatchNorms folded into the convolution that feeds
+    them, how many were folded, how many there were). A BatchNorm folds when its input is a
+    convolution used by nothing else and every tensor involved is a parameter or buffer used
+    only there; the convolution's new bias reuses the BatchNorm's shift parameter."""
+    aten = torch.ops.aten
+    program = copy.deepcopy(program)
+    sig = program.graph_signature
+    state = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    norms = [n for n in program.graph.nodes if n.target is aten.batch_norm.default]
+    folded = 0
+    for bn in norms:
+        conv, gamma, beta, mean, var, training, _, eps, _ = bn.args
+        if training or conv.target not in _conv_ops() or len(conv.users) != 1:
+            continue
+        weight = conv.args[1]
+        bias = conv.args[2] if len(conv.args) > 2 else conv.kwargs.get("bias")
+        params = [weight, gamma, beta, mean, var, *([bias] if bias is not None else [])]
+        if any(getattr(p, "op", None) != "placeholder" or p.name not in state
+               or len(p.users) != 1 for p in params):
+            continue
+        value = {p: program.state_dict[state[p.name]] for p in params}
+        scale = value[gamma] / torch.sqrt(value[var] + eps)
+        shift = value[beta] - value[mean] * scale
+        if bias is not None:
+            shift = shift + value[bias] * scale
+        with torch.no_grad():
+            program.state_dict[state[weight.name]] = torch.nn.Parameter(
+                value[weight] * scale.reshape(-1, 1, 1, 1), requires_grad=False)
+            program.state_dict[state[beta.name]] = torch.nn.Parameter(shift,
+                                                                      requires_grad=False)
+        args = list(conv.args) + [None] * (3 - len(conv.args))
+        args[2] = beta
+        conv.args = tuple(args)
+        conv.kwargs = {k: v for k, v in conv.kwargs.items() if k != "bias"}
+        bn.replace_all_uses_with(conv)
+        program.graph.erase_node(bn)
+        folded += 1
+    program.graph_module.recompile()
+    return program, folded, len(norms)
+
+
+# conv2d's two overloads in torch.export's graph: numeric padding, and "same"/"valid"
+# (MobileNetV2-like's stride-1 convolutions)
+def _conv_ops():
+    aten = torch.ops.aten
+    return (aten.conv2d.default, aten.conv2d.padding)
 
 
 def _count(program: torch.export.ExportedProgram, op) -> int:
     return sum(1 for n in program.graph.nodes if n.target is op)
 
 
-def _conv_as_matmul(max_pixels: int):
+def _conv_as_matmul(max_pixels: int | None, chosen: frozenset[int] | None, convs: int):
+    """conv2d's decomposition: im2col + matmul where asked, else the convolution as it is.
+    `chosen`: the indices to rewrite (None: all). run_decompositions traces the graph in order,
+    twice in torch 2.13, so call k is convolution k modulo the graph's `convs`."""
     import torch.nn.functional as F
     aten = torch.ops.aten
+    seen = [0]
 
     def conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                groups=1):
+        index = seen[0] % convs
+        seen[0] += 1
+        if isinstance(padding, str):    # "same" (stride 1) / "valid": as explicit padding
+            input, padding = _explicit_padding(input, weight, padding, dilation)
+
         def unchanged():
             return aten.convolution.default(input, weight, bias, stride, padding, dilation,
                                             False, (0, 0), groups)
         shapes = (*input.shape, *weight.shape)
-        if isinstance(padding, str) or groups != 1 or input.dim() != 4 or \
-                not all(isinstance(d, int) for d in shapes):
-            return unchanged()  # "same" padding, grouped/depthwise, dynamic shapes: as they are
+        if groups != 1 or input.dim() != 4 or not all(isinstance(d, int) for d in shapes):
+            return unchanged()  # grouped/depthwise, dynamic shapes: as they are
         n, c, h, w = input.shape
         cout, cin, kh, kw = weight.shape
         (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
         oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-        if (kh, kw) == (1, 1) or oh * ow > max_pixels:
+        by_size = max_pixels is not None and (kh, kw) != (1, 1) and oh * ow <= max_pixels
+        if not by_size and not (chosen is None or index in chosen):
             return unchanged()
         # Channels-last inside: the TOSA lowering computes convolutions in NHWC, so the
         # permutes here cancel against its own around the neighbouring convolutions, and each
@@ -98,3 +205,16 @@ def _conv_as_matmul(max_pixels: int):
             out = out + bias
         return out.permute(0, 3, 1, 2)
     return conv2d
+
+
+def _explicit_padding(input, weight, padding: str, dilation):
+    """(input, numeric padding) equal to conv2d's "same"/"valid": symmetric where the total is
+    even, else the odd pixel padded on the input (PyTorch puts it at the end)."""
+    import torch.nn.functional as F
+    if padding == "valid":
+        return input, (0, 0)
+    totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+    if all(t % 2 == 0 for t in totals):
+        return input, tuple(t // 2 for t in totals)
+    (th, tw) = totals
+    return F.pad(input, (tw // 2, tw - tw // 2, th // 2, th - th // 2)), (0, 0)

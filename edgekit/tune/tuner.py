@@ -97,6 +97,7 @@ class TuneOptions:
     rounds: int = 5
     repetitions: int = 30             # measured calls per candidate and thread count
     use_cache: bool = True
+    conv_choice: bool = False         # then choose direct or im2col per convolution
     dispatches: int = 0               # then search tile sizes of this many hot dispatches
     per_dispatch: int = 4             # tile-size candidates per dispatch
 
@@ -148,6 +149,10 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
     default_variant = next((f"{lw}/{DEFAULT_SET}" for lw in target.lowering
                             if any(r.variant == f"{lw}/{DEFAULT_SET}" for r in valid)), "")
     chosen, default = choose(valid, default_variant)
+    if options.conv_choice:
+        from edgekit.tune.conv_choice import choose_convs
+        chosen, tried = choose_convs(options, target, chosen, say)
+        results += tried
     if options.dispatches > 0:
         from edgekit.tune.dispatch_search import search_dispatches
         chosen, searched = search_dispatches(options, target, chosen, say)
