@@ -234,8 +234,4 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
         against_base(r), notes.get(r.variant), r.reason)))})
         for r in measured if r.variant != base.name]
     results += tried
-    valid = [r for r in tried if r.status == "ok"]
-    if again is None or again.status != "ok" or not valid:
-        return chosen, results
-    best = min(valid, key=lambda r: r.p50_ms)
-    return (best if tuner.clearly_faster(best, again) else chosen), results
+    return tuner.kept_refinement(chosen, again, tried), results

@@ -202,6 +202,18 @@ def choose(valid: list[CandidateResult], default_variant: str, budget: int | Non
     return (min(winners, key=lambda r: r.p50_ms) if winners else reference), reference
 
 
+def kept_refinement(chosen: CandidateResult, base: CandidateResult | None,
+                    tried: list[CandidateResult]) -> CandidateResult:
+    """What a search step (`--conv-choice`, `--dispatches`) leaves chosen: its fastest valid
+    candidate when clearly faster than `base` (the chosen variant re-measured in the same
+    rounds), else `chosen` as it was."""
+    valid = [r for r in tried if r.status == "ok"]
+    if base is None or base.status != "ok" or not valid:
+        return chosen
+    best = min(valid, key=lambda r: r.p50_ms)
+    return best if clearly_faster(best, base) else chosen
+
+
 def paired_gain(a: CandidateResult, b: CandidateResult) -> tuple[float, float] | None:
     """How much faster `a` is than `b`, in % (the median over rounds of 1 - a/b), and the noise
     of that figure: the standard error of the median ratio, from the median absolute
