@@ -27,6 +27,7 @@ class ConfiguredDispatch:
     lowering_config: str               # the printed attribute, for the report
     translation_info: str              # the function's printed translation_info
     source: str                        # the configured executable (what a substitution edits)
+    operand_shapes: tuple[tuple[int, ...], ...] = ()   # the root's operands (ins, then outs)
 
 
 def read_configured(directory: Path) -> list[ConfiguredDispatch]:
@@ -76,7 +77,21 @@ def _root_of(func, path: Path, executable: str) -> ConfiguredDispatch | None:
         executable=executable, function=ir.StringAttr(func.attributes["sym_name"]).value,
         root_name=root.operation.name, levels=levels, lowering_config=config,
         translation_info=str(func.attributes["translation_info"]),
-        source=path.read_text())
+        source=path.read_text(), operand_shapes=_shapes(root))
+
+
+def _shapes(op) -> tuple[tuple[int, ...], ...]:
+    """Static shapes of the op's ranked tensor operands (a dynamic one: empty)."""
+    from iree.compiler import ir
+    shapes = []
+    for value in op.operands:
+        try:
+            t = ir.RankedTensorType(value.type)
+        except ValueError:
+            shapes.append(())
+            continue
+        shapes.append(() if not t.has_static_shape else tuple(t.shape))
+    return tuple(shapes)
 
 
 def _walk(op):

@@ -41,7 +41,7 @@ from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
 from edgekit.toolchain.iree_profile import dispatch_groups, profiled_run
 from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
-                                           set_digest, with_levels)
+                                           set_digest, weights_once, with_levels)
 
 DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
 # IREE inlines small constants (a tiny model's weights, a bias) into dispatches as
@@ -81,8 +81,9 @@ def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: i
     """One candidate per (dispatch, tile sizes)."""
     out = []
     for d in hot:
+        # mmt4d's register tile is the data-tiling layout's inner tile: not moved
         for levels in candidate_levels(d.levels, limit=per_dispatch,
-                                       vector_moves=d.root_name != "linalg.mmt4d"):
+                                       vector_moves=not d.root_name.endswith("mmt4d")):
             text = with_levels(d.source, d.lowering_config, levels)
             if text is None:
                 continue
@@ -93,6 +94,23 @@ def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: i
             files = {d.executable: text}
             out.append(Candidate(with_configs(base, files, label), d, files, label))
     return out
+
+
+def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: Path
+                     ) -> tuple[Variant, list[str]] | None:
+    """One candidate for every data-tiled matmul of the module at once (a rule, not a search:
+    dispatch_configs.weights_once): (its variant, the dispatches it edits), or None when no
+    dispatch qualifies. An edit IREE rejects on its own is left out."""
+    files, edited = {}, []
+    for d in configured:
+        levels = weights_once(d.root_name, d.levels, d.operand_shapes)
+        text = with_levels(d.source, d.lowering_config, levels) if levels else None
+        if text is not None and compiles_alone(text, work) is None:
+            files[d.executable] = text
+            edited.append(d.function)
+    if not files:
+        return None
+    return with_configs(base, files, "weights-once"), edited
 
 
 def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
@@ -189,9 +207,16 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                                              tuner._one_line(exc)))
                 return None
 
+        rule = weights_once_set(configured, searched, work)
+        if rule is not None:
+            say(f"weights once: {len(rule[1])} data-tiled matmul(s) with all their rows in "
+                f"each workgroup")
         base_bundle = build_one(base, 0)
         if base_bundle is None:
             return chosen, []
+        rule_built = None
+        if rule is not None and (b := build_one(rule[0], len(candidates) + 3)) is not None:
+            rule_built = (rule[0], b, f"weights streamed once in {', '.join(rule[1])}")
         # the dispatches' own times are screened against the module they were edited from
         screen_base = base_bundle if searched is base or not (here and costs) else \
             build_one(searched, len(candidates) + 2)
@@ -217,6 +242,8 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                 f": {c.dispatch.function} {_rate(c.dispatch.function, ms)}"
                 if costs and (ms := _dispatch_ms(costs, c.dispatch.function)) is not None
                 else "")) for c, b in built]
+        if rule_built is not None:
+            to_measure.append(rule_built)
         if not to_measure:
             return chosen, results
         measured = tuner.measure(options, target, [(base, base_bundle),

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from edgekit.pipeline.build import BuildOptions, Variant, build
-from edgekit.tune.dispatch_search import candidates_for, configured_dispatches
+from edgekit.tune.dispatch_search import (candidates_for, configured_dispatches,
+                                          weights_once_set)
 from edgekit.tune.tuner import TuneOptions
 from edgekit.validate.local import validate_local
 from tests.integration.helpers import edgekit
@@ -46,6 +47,24 @@ def test_a_tuned_tile_size_changes_the_matmuls_code_and_the_module_still_validat
     _, again = codegen(recipe, "host", BASE, tmp_path / "c")
     tuned, after = codegen(recipe, "host", variant, tmp_path / "b")
     assert before == again              # the compiler is deterministic: the change is the tiles
+    assert after and after != before
+    report = validate_local(tuned.path)
+    assert report.ok, report
+
+
+def test_weights_once_puts_all_rows_of_a_data_tiled_matmul_in_each_workgroup(
+        write_recipe, tmp_path):
+    recipe = write_recipe('name: dispatch-wide\nmodel:\n  python: "@TINY@:few_rows_wide_weights"\n')
+    tiled = Variant("linalg", "data-tiling", ("--iree-opt-data-tiling",))
+    options = TuneOptions(recipe=recipe, target="host")
+    _, configured = configured_dispatches(options, tiled, tmp_path / "dump")
+    [mm] = [d for d in configured if d.root_name.endswith("mmt4d")]
+    # IREE's own choice: one 16-row tile (of three) per workgroup; the operands' shapes are read
+    assert mm.operand_shapes[0][0] == 3 and dict(mm.levels)["distribution"][0] == 1
+    variant, edited = weights_once_set(configured, tiled, tmp_path)
+    assert edited == [mm.function]
+    _, before = codegen(recipe, "host", tiled, tmp_path / "a")
+    tuned, after = codegen(recipe, "host", variant, tmp_path / "b")
     assert after and after != before
     report = validate_local(tuned.path)
     assert report.ok, report

@@ -6,7 +6,7 @@ import pytest
 from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.toolchain.iree_configs import ConfiguredDispatch
 from edgekit.tune.dispatch_configs import (candidate_levels, hot_dispatches, lowering_config,
-                                           set_digest, with_levels)
+                                           set_digest, weights_once, with_levels)
 
 MATMUL = (("distribution", (64, 64, 0)), ("vector_common_parallel", (8, 16, 0)),
           ("vector_reduction", (0, 0, 16)))
@@ -118,3 +118,33 @@ def test_hot_dispatches_are_ranked_by_measured_time_else_by_flops():
     assert hot_dispatches([small, big, copy], measured, 2) == [small, copy]
     # statically: by FLOPs from IREE's names, and a dispatch without a shape is not guessed at
     assert hot_dispatches([small, big, copy], None, 3) == [big, small]
+
+
+MMT4D = (("distribution", (1, 1, 1, 0, 0, 0, 0)),
+         ("vector_common_parallel", (1, 1, 1, 0, 16, 16, 0)),
+         ("vector_reduction", (0, 0, 0, 1, 0, 0, 1)))
+# ResNet18-like's im2col'd 7x7 convolution: 49 rows (4 tiles) by 4608x512 weights (9.4 MB)
+SHAPES = ((1, 4, 4608, 16, 1), (1, 32, 4608, 16, 1), (1, 4, 32, 16, 16))
+
+
+def test_weights_once_puts_every_lhs_tile_in_a_workgroup_and_keeps_the_rest():
+    new = dict(weights_once("linalg.batch_mmt4d", MMT4D, SHAPES))
+    assert new["distribution"] == (1, 4, 1, 0, 0, 0, 0)
+    assert new["vector_common_parallel"] == dict(MMT4D)["vector_common_parallel"]
+    plain = tuple((n, s[1:]) for n, s in MMT4D)                  # linalg.mmt4d: no batch loop
+    assert dict(weights_once("linalg.mmt4d", plain, tuple(s[1:] for s in SHAPES)))[
+        "distribution"] == (4, 1, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("root, levels, shapes, why", [
+    ("linalg.generic", MMT4D, SHAPES, "not a data-tiled matmul"),
+    ("linalg.batch_mmt4d", MMT4D, ((1, 4, 64, 16, 1), (1, 32, 64, 16, 1), ()), "small weights"),
+    ("linalg.batch_mmt4d", MMT4D, ((1, 40, 4608, 16, 1), (1, 32, 4608, 16, 1), ()),
+     "640 rows"),
+    ("linalg.batch_mmt4d", (("distribution", (1, 4, 1, 0, 0, 0, 0)),), SHAPES, "already so"),
+    ("linalg.batch_mmt4d", (("distribution", (1, 1, 32, 0, 0, 0, 0)),), SHAPES,
+     "one workgroup left"),
+    ("linalg.batch_mmt4d", MMT4D, (), "shapes unknown"),
+])
+def test_weights_once_leaves_what_it_is_not_for(root, levels, shapes, why):
+    assert weights_once(root, levels, shapes) is None, why
