@@ -2,15 +2,16 @@
 """Tuned latency: edgekit-tuned modules vs every single flag set vs onnxruntime vs PyTorch eager.
 
 For each reference model (MobileNetV2-like and ResNet18-like CNNs at 224², a transformer encoder
-over 128 tokens, the keyword-spotting MLP) this runs `edgekit tune` for `host` (builds are
-cached, so a second run only re-measures), then times, for each thread count (1 and 2) in a
+over 128 tokens, the keyword-spotting MLP) this runs `edgekit tune` for `host` once per thread
+budget (`--threads 1`, then `--threads 1,2`: each budget's searches refine its own choice; builds
+are cached, so a second run mostly re-measures), then times, for each thread count (1 and 2) in a
 process of its own, interleaved round by round so machine noise hits all alike:
 
   * IREE with no flags at all (linalg path, generic CPU: "IREE dflt", the baseline of the
     tuning issue's 21×),
   * the untuned build (the profile's default lowering and CPU, no extra flags),
   * each flag set of the profile with its best lowering for that thread count,
-  * the tuned variant for that thread count,
+  * the tuned variant for that thread budget (a 2-thread budget may run 1 thread),
   * onnxruntime (= 1.00×) and PyTorch eager,
 
 and prints ratios to onnxruntime. IREE modules run in process as a tuned bundle runs there
@@ -52,8 +53,7 @@ from host_latency import (load_model, ort_runner, time_interleaved,  # noqa: E40
 
 from edgekit import load_recipe  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
-from edgekit.config.profiles import load_target  # noqa: E402
-from edgekit.tune.tuner import DEFAULT_SET, TuneOptions, choose, tune  # noqa: E402
+from edgekit.tune.tuner import TuneOptions, tune  # noqa: E402
 
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
           "text_encoder": "text_encoder.yaml", "kws_mlp": "kws_mlp.yaml"}
@@ -83,19 +83,6 @@ def best_by_set(record, threads: int) -> dict[str, object]:
             if c.flag_set not in best or c.p50_ms < best[c.flag_set].p50_ms:
                 best[c.flag_set] = c
     return best
-
-
-def tuned_within(record, ok: list, threads: int):
-    """What `edgekit tune` chose, when it runs within `threads`; else what it chooses with that
-    budget among the profile's variants (a 2-thread budget may run 1 thread: a tiny model is
-    fastest on one). The tuner's own searches (`--conv-choice`, `--dispatches`) are measured in
-    rounds of their own against the variant they refine, so they are not re-ranked here: only
-    the tuner's own decision counts for them."""
-    if record.chosen.threads <= threads:
-        return record.chosen
-    sets = {DEFAULT_SET, *load_target("host").tune.flag_sets}
-    main = [c for c in ok if c.flag_set in sets]
-    return choose(main, record.default_variant, budget=threads)[0]
 
 
 # What iree-compile does with no flags at all (the issue's "default flag set": the linalg path,
@@ -137,12 +124,17 @@ def main() -> None:
     rows = []
     for key in opts.models.split(","):
         recipe = ROOT / "recipes" / MODELS[key]
-        print(f"tuning {key}…", file=sys.stderr, flush=True)
-        record = tune(TuneOptions(recipe=recipe, target="host", threads=THREADS,
-                                  lowerings=tuple(opts.lowerings.split(",")), rounds=5,
-                                  repetitions=20, runtime=opts.tune_runtime,
-                                  conv_choice=opts.conv_choice, dispatches=opts.dispatches,
-                                  per_dispatch=opts.per_dispatch))
+        # one tuning per thread budget, as a user with that budget runs it (`edgekit tune
+        # --threads 1` / `--threads 1,2`): the searches refine each budget's own choice
+        records = {}
+        for t in THREADS:
+            print(f"tuning {key} for {t} thread(s)…", file=sys.stderr, flush=True)
+            records[t] = tune(TuneOptions(
+                recipe=recipe, target="host", threads=tuple(n for n in THREADS if n <= t),
+                lowerings=tuple(opts.lowerings.split(",")), rounds=5, repetitions=20,
+                runtime=opts.tune_runtime, conv_choice=opts.conv_choice,
+                dispatches=opts.dispatches, per_dispatch=opts.per_dispatch))
+        record = records[max(THREADS)]
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
         bundle = build(BuildOptions(recipe=recipe, target="host", out=WORK / key / "inputs",
@@ -169,7 +161,7 @@ def main() -> None:
             cols["iree_defaults"] = runner_for(IREE_DEFAULTS, t, t)
             for name, c in best_by_set(record, t).items():
                 cols[f"set:{name}"] = runner_for(c, t, t)
-            tuned = tuned_within(record, ok, t)
+            tuned = records[t].chosen
             cols["tuned"] = runner_for(tuned, tuned.threads, t)
             cols["tuned_variant"] = f"{tuned.variant} {tuned.threads}t"
             cols["onnxruntime"], cols["torch"] = f"onnxruntime@{t}", f"torch@{t}"
