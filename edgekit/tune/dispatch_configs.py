@@ -111,9 +111,9 @@ WEIGHTS_ONCE_MAX_ROWS = 256
 def weights_once(root_name: str, levels: Levels, operand_shapes: tuple[tuple[int, ...], ...],
                  element_bytes: int = 4) -> Levels | None:
     """The tile sizes of a data-tiled matmul (`linalg.mmt4d` / `linalg.batch_mmt4d`) with all
-    of its LHS rows in each workgroup, so that the weights are read once per call; None when
-    the move does not apply (not such a matmul, small weights, many rows, already so, or it
-    would leave a single workgroup)."""
+    of its LHS rows and one RHS tile column in each workgroup, so that the weights are read
+    once per call; None when the move does not apply (not such a matmul, small weights, many
+    rows, a single column tile, or already so)."""
     batch = {"linalg.mmt4d": 0, "linalg.batch_mmt4d": 1}.get(root_name)
     table = dict(levels)
     dist = table.get("distribution")
@@ -125,11 +125,12 @@ def weights_once(root_name: str, levels: Levels, operand_shapes: tuple[tuple[int
     m, n = batch, batch + 1               # the outer LHS-row and RHS-column tile loops
     m_tiles, n_tiles = lhs[m], rhs[batch]
     if math.prod(rhs) * element_bytes < WEIGHTS_ONCE_MIN_BYTES \
-            or m_tiles * lhs[m + 2] > WEIGHTS_ONCE_MAX_ROWS \
-            or not dist[m] or dist[m] >= m_tiles \
-            or not dist[n] or -(-n_tiles // dist[n]) < 2:
+            or m_tiles * lhs[m + 2] > WEIGHTS_ONCE_MAX_ROWS or n_tiles < 2 \
+            or not dist[m] or not dist[n] or (dist[m], dist[n]) == (m_tiles, 1):
         return None
-    new_dist = dist[:m] + (m_tiles,) + dist[m + 1:]
+    # one RHS tile column per workgroup: its weights read once, as many workgroups as tiles,
+    # and a workgroup's footprint bounded (13 row tiles x 4 columns did not compile: stack)
+    new_dist = dist[:m] + (m_tiles, 1) + dist[m + 2:]
     return tuple((name, new_dist if name == "distribution" else sizes)
                  for name, sizes in levels)
 

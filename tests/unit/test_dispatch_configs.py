@@ -130,6 +130,10 @@ SHAPES = ((1, 4, 4608, 16, 1), (1, 32, 4608, 16, 1), (1, 4, 32, 16, 16))
 def test_weights_once_puts_every_lhs_tile_in_a_workgroup_and_keeps_the_rest():
     new = dict(weights_once("linalg.batch_mmt4d", MMT4D, SHAPES))
     assert new["distribution"] == (1, 4, 1, 0, 0, 0, 0)
+    # IREE's 1 MiB operand tiles: four column tiles per workgroup -> one
+    wide = (("distribution", (1, 1, 4, 0, 0, 0, 0)), *MMT4D[1:])
+    assert dict(weights_once("linalg.batch_mmt4d", wide, SHAPES))["distribution"] == \
+        (1, 4, 1, 0, 0, 0, 0)
     assert new["vector_common_parallel"] == dict(MMT4D)["vector_common_parallel"]
     plain = tuple((n, s[1:]) for n, s in MMT4D)                  # linalg.mmt4d: no batch loop
     assert dict(weights_once("linalg.mmt4d", plain, tuple(s[1:] for s in SHAPES)))[
@@ -142,8 +146,8 @@ def test_weights_once_puts_every_lhs_tile_in_a_workgroup_and_keeps_the_rest():
     ("linalg.batch_mmt4d", MMT4D, ((1, 40, 4608, 16, 1), (1, 32, 4608, 16, 1), ()),
      "640 rows"),
     ("linalg.batch_mmt4d", (("distribution", (1, 4, 1, 0, 0, 0, 0)),), SHAPES, "already so"),
-    ("linalg.batch_mmt4d", (("distribution", (1, 1, 32, 0, 0, 0, 0)),), SHAPES,
-     "one workgroup left"),
+    ("linalg.batch_mmt4d", MMT4D, ((1, 4, 4608, 16, 1), (1, 1, 4608, 16, 1), ()),
+     "one column tile"),
     ("linalg.batch_mmt4d", MMT4D, (), "shapes unknown"),
 ])
 def test_weights_once_leaves_what_it_is_not_for(root, levels, shapes, why):
