@@ -84,7 +84,7 @@ def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: i
         # mmt4d's register tile is the data-tiling layout's inner tile: not moved
         for levels in candidate_levels(d.levels, limit=per_dispatch,
                                        vector_moves=not d.root_name.endswith("mmt4d")):
-            text = with_levels(d.source, d.lowering_config, levels)
+            text = with_levels(d.source, d.lowering_config, levels, d.levels)
             if text is None:
                 continue
             changed = "+".join(f"{name}={'x'.join(map(str, sizes))}"
@@ -93,6 +93,29 @@ def candidates_for(hot: list[ConfiguredDispatch], base: Variant, per_dispatch: i
             label = f"{d.executable}:{changed}"
             files = {d.executable: text}
             out.append(Candidate(with_configs(base, files, label), d, files, label))
+    return out
+
+
+def shared_builds(candidates: list[Candidate], base: Variant
+                  ) -> list[tuple[Variant, list[Candidate]]]:
+    """The candidates in builds: the k-th candidate of each dispatch in build k (one
+    executable each, so they never edit the same one). Cuts the model builds from
+    dispatches × per-dispatch to per-dispatch; a single candidate keeps its own variant."""
+    rank: dict[str, int] = {}
+    groups: list[list[Candidate]] = []
+    for c in candidates:
+        k = rank[c.dispatch.executable] = rank.get(c.dispatch.executable, -1) + 1
+        if k == len(groups):
+            groups.append([])
+        groups[k].append(c)
+    out = []
+    for k, members in enumerate(groups):
+        if len(members) == 1:
+            out.append((members[0].variant, members))
+            continue
+        files = {e: t for c in members for e, t in c.files.items()}
+        out.append((with_configs(base, files, f"tiles-{k + 1}-of-{len(members)}-dispatches"),
+                    members))
     return out
 
 
@@ -220,8 +243,13 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         # the dispatches' own times are screened against the module they were edited from
         screen_base = base_bundle if searched is base or not (here and costs) else \
             build_one(searched, len(candidates) + 2)
-        built = [(c, b) for i, c in enumerate(candidates, start=1)
-                 if (b := build_one(c.variant, i)) is not None]
+        # the k-th tiles of every hot dispatch share one build: each dispatch is its own
+        # executable, so the edits do not meet, and the HAL profile times each dispatch alone
+        groups = shared_builds(candidates, searched)
+        built = []
+        for i, (variant, members) in enumerate(groups, start=1):
+            bundle = build_one(variant, i)
+            built += [(c, bundle) for c in members] if bundle is not None else []
         if here and costs and screen_base is not None:
             winners, notes = screen(screen_base, built, work, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
@@ -237,11 +265,16 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                     to_measure.append((variant, bundle, "; ".join(notes[c.label]
                                                                   for c in winners)))
         else:
-            # how the dispatch was picked (and what it cost there), for the record
-            to_measure = [(c.variant, b, f"{how}" + (
-                f": {c.dispatch.function} {_rate(c.dispatch.function, ms)}"
-                if costs and (ms := _dispatch_ms(costs, c.dispatch.function)) is not None
-                else "")) for c, b in built]
+            # each shared build measured whole; how its dispatches were picked (and what they
+            # cost there), for the record
+            to_measure = []
+            for variant, members in groups:
+                bundle = next((b for c, b in built if c in members), None)
+                if bundle is not None:
+                    to_measure.append((variant, bundle, f"{how}: " + "; ".join(
+                        c.dispatch.function + (f" {_rate(c.dispatch.function, ms)}" if costs and (
+                            ms := _dispatch_ms(costs, c.dispatch.function)) is not None else "")
+                        for c in members)))
         if rule_built is not None:
             to_measure.append(rule_built)
         if not to_measure:
@@ -318,8 +351,12 @@ def screen(base: Bundle, built: list, work: Path, say
             ms = _dispatch_ms(base_costs, d)
             if ms is not None:
                 best[d] = min(best.get(d, ms), ms)
+        profiles: dict[str, dict[str, float]] = {}      # one profile per shared build
         for c, bundle in built:
-            ms = _dispatch_ms(_profile_or_none(bundle, work) or {}, c.dispatch.function)
+            key = str(bundle.path)
+            if key not in profiles:
+                profiles[key] = _profile_or_none(bundle, work) or {}
+            ms = _dispatch_ms(profiles[key], c.dispatch.function)
             if ms is not None:
                 times[c.label] = min(times.get(c.label, ms), ms)
     winners: dict[str, Candidate] = {}

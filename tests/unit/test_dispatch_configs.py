@@ -79,6 +79,22 @@ def test_the_root_ops_config_is_replaced_and_nothing_else():
     assert fill in edited
 
 
+def test_a_new_register_tile_goes_to_the_fused_ops_that_had_the_roots():
+    root = lowering_config(CONV)
+    fused = "#iree_cpu.lowering_config<vector_common_parallel = [1, 16, 1, 7]>"
+    other = "#iree_cpu.lowering_config<vector_common_parallel = [16, 16]>"
+    source = (f"%5 = linalg.generic {{lowering_config = {fused}}}\n"
+              f"%6 = linalg.generic {{lowering_config = {root}}}\n"
+              f"%7 = linalg.unpack {{lowering_config = {other}}}\n")
+    deeper = tuple((n, (1, 16, 1, 14, 0, 0, 0) if n == "vector_common_parallel" else t)
+                   for n, t in CONV)
+    edited = with_levels(source, root, deeper, CONV)
+    assert "vector_common_parallel = [1, 16, 1, 14]>" in edited and fused not in edited
+    assert other in edited and lowering_config(deeper) in edited
+    # without the old tiles (or with the register tile unchanged) only the root changes
+    assert fused in with_levels(source, root, deeper)
+
+
 def test_an_ambiguous_or_missing_config_is_not_edited():
     root = lowering_config(MATMUL)
     twice = f"{{lowering_config = {root}}}\n{{lowering_config = {root}}}\n"
