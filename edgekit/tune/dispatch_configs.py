@@ -121,6 +121,8 @@ def candidate_levels(levels: Levels, limit: int = 6, vector_moves: bool = True
 # once per 16 LHS rows; with every LHS row in one workgroup they stream once: 2.1 -> 1.32 ms
 # (110 -> 175 GFLOP/s), 196x256x2304 1.32 -> 1.03 ms. Worth it only where the weights are big
 # and the rows few (few LHS tiles held at once); the tuner keeps it only when it measures a win.
+# (Data tiling may swap a narrow matmul's operands, so the RHS is then the activations: the
+# same move streams the larger operand once.)
 WEIGHTS_ONCE_MIN_BYTES = 256 * 1024
 WEIGHTS_ONCE_MAX_ROWS = 256
 

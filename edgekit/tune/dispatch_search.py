@@ -232,14 +232,15 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
 
         rule = weights_once_set(configured, searched, work)
         if rule is not None:
-            say(f"weights once: {len(rule[1])} data-tiled matmul(s) with all their rows in "
-                f"each workgroup")
+            say(f"weights once: {len(rule[1])} data-tiled matmul(s) with all their LHS rows "
+                f"in each workgroup")
         base_bundle = build_one(base, 0)
         if base_bundle is None:
             return chosen, []
         rule_built = None
         if rule is not None and (b := build_one(rule[0], len(candidates) + 3)) is not None:
-            rule_built = (rule[0], b, f"weights streamed once in {', '.join(rule[1])}")
+            rule_built = (rule[0], b, "RHS streamed once (all LHS rows per workgroup) in "
+                                      f"{', '.join(rule[1])}")
         # the dispatches' own times are screened against the module they were edited from
         screen_base = base_bundle if searched is base or not (here and costs) else \
             build_one(searched, len(candidates) + 2)

@@ -168,3 +168,28 @@ def test_weights_once_puts_every_lhs_tile_in_a_workgroup_and_keeps_the_rest():
 ])
 def test_weights_once_leaves_what_it_is_not_for(root, levels, shapes, why):
     assert weights_once(root, levels, shapes) is None, why
+
+
+def test_the_kth_tiles_of_every_dispatch_share_one_build(tmp_path, monkeypatch):
+    from edgekit.pipeline.build import Variant
+    from edgekit.tune import dispatch_search
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path))
+    base = Variant("tosa", "data-tiling", ("--iree-opt-data-tiling",))
+
+    def cand(exe: str, k: int):
+        d = ConfiguredDispatch(executable=exe, function=f"{exe}_matmul_8x8x8_f32",
+                               root_name="linalg.generic", levels=MATMUL, lowering_config="",
+                               translation_info="", source="")
+        files = {exe: f"{exe} tiles {k}"}
+        return dispatch_search.Candidate(dispatch_search.with_configs(base, files, f"{exe}:{k}"),
+                                         d, files, f"{exe}:{k}")
+    a0, a1, b0, b1, c0 = cand("d1", 0), cand("d1", 1), cand("d2", 0), cand("d2", 1), cand("d3", 0)
+    groups = dispatch_search.shared_builds([a0, a1, b0, b1, c0], base)
+    assert [members for _, members in groups] == [[a0, b0, c0], [a1, b1]]
+    first, _ = groups[0]
+    digest = first.flags[-1].split("=", 1)[1]
+    stored = {p.name: p.read_text() for p in (tmp_path / "tuning" / "dispatch-configs" /
+                                                digest).iterdir()}
+    assert stored == {"d1.mlir": "d1 tiles 0", "d2.mlir": "d2 tiles 0", "d3.mlir": "d3 tiles 0"}
+    # a lone candidate keeps its own variant
+    assert dispatch_search.shared_builds([a0], base) == [(a0.variant, [a0])]
