@@ -234,4 +234,4 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
         against_base(r), notes.get(r.variant), r.reason)))})
         for r in measured if r.variant != base.name]
     results += tried
-    return tuner.kept_refinement(chosen, again, tried), results
+    return tuner.kept_refinement(chosen, again, tried, say), results

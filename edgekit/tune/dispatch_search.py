@@ -289,7 +289,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                                                                      r.reason)))})
              for r in measured if r.variant != base.name]
     results += tried
-    return tuner.kept_refinement(chosen, again, tried), results
+    return tuner.kept_refinement(chosen, again, tried, say), results
 
 
 def compiles_alone(source: str, work: Path) -> str | None:

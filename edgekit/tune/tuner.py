@@ -203,15 +203,23 @@ def choose(valid: list[CandidateResult], default_variant: str, budget: int | Non
 
 
 def kept_refinement(chosen: CandidateResult, base: CandidateResult | None,
-                    tried: list[CandidateResult]) -> CandidateResult:
+                    tried: list[CandidateResult], say: Progress | None = None
+                    ) -> CandidateResult:
     """What a search step (`--conv-choice`, `--dispatches`) leaves chosen: its fastest valid
     candidate when clearly faster than `base` (the chosen variant re-measured in the same
-    rounds), else `chosen` as it was."""
+    rounds), else `chosen` as it was. `say` tells which, with both figures (the base's
+    re-measurement is not a row of the record: it can differ from the first stage's)."""
     valid = [r for r in tried if r.status == "ok"]
     if base is None or base.status != "ok" or not valid:
         return chosen
     best = min(valid, key=lambda r: r.p50_ms)
-    return best if clearly_faster(best, base) else chosen
+    kept = clearly_faster(best, base)
+    if say is not None:
+        gain = paired_gain(best, base)
+        say(f"{'kept' if kept else 'not kept'}: {best.variant} p50 {best.p50_ms:.4g} ms against "
+            f"{base.p50_ms:.4g} ms for {base.variant} in the same rounds"
+            + (f" ({gain[0]:+.1f}% ± {gain[1]:.1f}%)" if gain else ""))
+    return best if kept else chosen
 
 
 def paired_gain(a: CandidateResult, b: CandidateResult) -> tuple[float, float] | None:
