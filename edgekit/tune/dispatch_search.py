@@ -120,10 +120,11 @@ def shared_builds(candidates: list[Candidate], base: Variant
 
 
 def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: Path
-                     ) -> tuple[Variant, list[str]] | None:
+                     ) -> tuple[Variant, list[str], dict[str, str]] | None:
     """One candidate for every data-tiled matmul of the module at once (a rule, not a search:
-    dispatch_configs.weights_once): (its variant, the dispatches it edits), or None when no
-    dispatch qualifies. An edit IREE rejects on its own is left out."""
+    dispatch_configs.weights_once): (its variant, the dispatches it edits, {executable: edited
+    source} in the same order), or None when no dispatch qualifies. An edit IREE rejects on
+    its own is left out."""
     files, edited = {}, []
     for d in configured:
         levels = weights_once(d.root_name, d.levels, d.operand_shapes)
@@ -133,7 +134,7 @@ def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: 
             edited.append(d.function)
     if not files:
         return None
-    return with_configs(base, files, "weights-once"), edited
+    return with_configs(base, files, "weights-once"), edited, files
 
 
 def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
@@ -265,6 +266,16 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                 if bundle is not None:
                     to_measure.append((variant, bundle, "; ".join(notes[c.label]
                                                                   for c in winners)))
+                if rule is not None and set(rule[2]) - set(files):
+                    # the rule's edits of the dispatches no winner edits, with the winners
+                    both = {**rule[2], **files}
+                    variant = with_configs(searched, both, f"{label}+weights-once")
+                    bundle = build_one(variant, len(candidates) + 4)
+                    if bundle is not None:
+                        to_measure.append((variant, bundle, "the winners and RHS streamed "
+                                           "once in " + ", ".join(
+                                               d for d, e in zip(rule[1], rule[2])
+                                               if e not in files)))
         else:
             # each shared build measured whole; how its dispatches were picked (and what they
             # cost there), for the record
