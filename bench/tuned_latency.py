@@ -95,7 +95,10 @@ WORK = Path(os.environ.get("EDGEKIT_BENCH_DIR", "/tmp/edgekit-bench-tuned"))
 
 def module_of(recipe: Path, candidate, key: str) -> Path:
     variant = Variant(candidate.lowering, candidate.flag_set, tuple(candidate.flags))
-    out = WORK / key / variant.name.replace("/", "_")
+    name = variant.name.replace("/", "_")
+    if len(name) > 100:     # a searched variant's name: shortened, told apart by its flags
+        name = name[:80] + "-" + hashlib.sha256(" ".join(variant.flags).encode()).hexdigest()[:12]
+    out = WORK / key / name
     return build(BuildOptions(recipe=recipe, target="host", out=out, variant=variant)).bundle.module
 
 

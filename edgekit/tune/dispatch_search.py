@@ -259,8 +259,10 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
             to_measure = []
             if winners:
                 files = {k: v for c in winners for k, v in c.files.items()}
-                label = "+".join(c.label for c in winners) if len(winners) > 1 \
-                    else winners[0].label
+                # one winner: its own label; more: a count (the notes list each one, and a
+                # label of every winner's tiles outgrew a file name at six)
+                label = winners[0].label if len(winners) == 1 else \
+                    f"best-tiles-of-{len(winners)}-dispatches"
                 variant = with_configs(searched, files, label)
                 bundle = build_one(variant, len(candidates) + 1)
                 if bundle is not None:
