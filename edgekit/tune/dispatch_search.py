@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
-from edgekit.models.bundle import Bundle
+from edgekit.models.bundle import DISPATCH_CONFIGS, Bundle, check_payload_name
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
@@ -191,6 +191,9 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         except EdgekitError as exc:
             say(f"no dispatch search: {tuner._one_line(exc)}")
             return chosen, []
+        # only what a bundle may carry (dispatch-configs/<executable>.mlir): IREE's
+        # `_encoding_N` executables (data tiling's packs) are left as the compiler made them
+        configured = [d for d in configured if carriable(d.executable)]
         here = options.host is None and tuner.runs_here(target)
         costs = _steady_costs(dumped, work) if here else \
             _device_costs(options, dumped, work, say) if options.host else None
@@ -303,6 +306,16 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
              for r in measured if r.variant != base.name]
     results += tried
     return tuner.kept_refinement(chosen, again, tried, say), results
+
+
+def carriable(executable: str) -> bool:
+    """A bundle may hold this executable's configuration (models/bundle.py's payload names,
+    which the device's verify.sh checks too)."""
+    try:
+        check_payload_name(f"{DISPATCH_CONFIGS}/{executable}.mlir")
+    except ValueError:
+        return False
+    return True
 
 
 def compiles_alone(source: str, work: Path) -> str | None:

@@ -193,3 +193,10 @@ def test_the_kth_tiles_of_every_dispatch_share_one_build(tmp_path, monkeypatch):
     assert stored == {"d1.mlir": "d1 tiles 0", "d2.mlir": "d2 tiles 0", "d3.mlir": "d3 tiles 0"}
     # a lone candidate keeps its own variant
     assert dispatch_search.shared_builds([a0], base) == [(a0.variant, [a0])]
+
+
+def test_only_executables_a_bundle_may_carry_are_searched():
+    from edgekit.tune.dispatch_search import carriable
+    assert carriable("main_dispatch_12")
+    # data tiling's pack executables: a bundle's payload names start with a letter or digit
+    assert not carriable("_encoding_9") and not carriable("../main_dispatch_1")
