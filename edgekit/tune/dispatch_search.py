@@ -119,22 +119,27 @@ def shared_builds(candidates: list[Candidate], base: Variant
     return out
 
 
+@dataclass(frozen=True)
+class RuleSet:
+    variant: Variant
+    files: dict[str, str]             # {executable: edited configured source}
+    functions: dict[str, str]         # {executable: its dispatch function}
+
+
 def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: Path
-                     ) -> tuple[Variant, list[str], dict[str, str]] | None:
+                     ) -> RuleSet | None:
     """One candidate for every data-tiled matmul of the module at once (a rule, not a search:
-    dispatch_configs.weights_once): (its variant, the dispatches it edits, {executable: edited
-    source} in the same order), or None when no dispatch qualifies. An edit IREE rejects on
-    its own is left out."""
-    files, edited = {}, []
+    dispatch_configs.weights_once), or None when no dispatch qualifies. An edit IREE rejects
+    on its own is left out."""
+    files, functions = {}, {}
     for d in configured:
         levels = weights_once(d.root_name, d.levels, d.operand_shapes)
         text = with_levels(d.source, d.lowering_config, levels) if levels else None
         if text is not None and compiles_alone(text, work) is None:
-            files[d.executable] = text
-            edited.append(d.function)
+            files[d.executable], functions[d.executable] = text, d.function
     if not files:
         return None
-    return with_configs(base, files, "weights-once"), edited, files
+    return RuleSet(with_configs(base, files, "weights-once"), files, functions)
 
 
 def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
@@ -236,25 +241,24 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
 
         rule = weights_once_set(configured, searched, work)
         if rule is not None:
-            say(f"weights once: {len(rule[1])} data-tiled matmul(s) with all their LHS rows "
+            say(f"weights once: {len(rule.files)} data-tiled matmul(s) with all their LHS rows "
                 f"in each workgroup")
         base_bundle = build_one(base, 0)
         if base_bundle is None:
             return chosen, []
         rule_built = None
-        if rule is not None and (b := build_one(rule[0], len(candidates) + 3)) is not None:
-            rule_built = (rule[0], b, "RHS streamed once (all LHS rows per workgroup) in "
-                                      f"{', '.join(rule[1])}")
+        if rule is not None and (b := build_one(rule.variant, len(candidates) + 3)) is not None:
+            rule_built = (rule.variant, b, "RHS streamed once (all LHS rows per workgroup) in "
+                                           f"{', '.join(rule.functions.values())}")
         # the dispatches' own times are screened against the module they were edited from
         screen_base = base_bundle if searched is base or not (here and costs) else \
             build_one(searched, len(candidates) + 2)
         # the k-th tiles of every hot dispatch share one build: each dispatch is its own
         # executable, so the edits do not meet, and the HAL profile times each dispatch alone
-        groups = shared_builds(candidates, searched)
-        built = []
-        for i, (variant, members) in enumerate(groups, start=1):
-            bundle = build_one(variant, i)
-            built += [(c, bundle) for c in members] if bundle is not None else []
+        shared = [(variant, members, build_one(variant, i)) for i, (variant, members)
+                  in enumerate(shared_builds(candidates, searched), start=1)]
+        built = [(c, bundle) for _, members, bundle in shared if bundle is not None
+                 for c in members]
         if here and costs and screen_base is not None:
             winners, notes = screen(screen_base, built, work, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
@@ -271,27 +275,23 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                 if bundle is not None:
                     to_measure.append((variant, bundle, "; ".join(notes[c.label]
                                                                   for c in winners)))
-                if rule is not None and set(rule[2]) - set(files):
+                if rule is not None and set(rule.files) - set(files):
                     # the rule's edits of the dispatches no winner edits, with the winners
-                    both = {**rule[2], **files}
-                    variant = with_configs(searched, both, f"{label}+weights-once")
+                    variant = with_configs(searched, {**rule.files, **files},
+                                           f"{label}+weights-once")
                     bundle = build_one(variant, len(candidates) + 4)
                     if bundle is not None:
                         to_measure.append((variant, bundle, "the winners and RHS streamed "
                                            "once in " + ", ".join(
-                                               d for d, e in zip(rule[1], rule[2])
+                                               f for e, f in rule.functions.items()
                                                if e not in files)))
         else:
             # each shared build measured whole; how its dispatches were picked (and what they
             # cost there), for the record
-            to_measure = []
-            for variant, members in groups:
-                bundle = next((b for c, b in built if c in members), None)
-                if bundle is not None:
-                    to_measure.append((variant, bundle, f"{how}: " + "; ".join(
-                        c.dispatch.function + (f" {_rate(c.dispatch.function, ms)}" if costs and (
-                            ms := _dispatch_ms(costs, c.dispatch.function)) is not None else "")
-                        for c in members)))
+            to_measure = [(variant, bundle, f"{how}: " + "; ".join(
+                c.dispatch.function + (f" {_rate(c.dispatch.function, ms)}" if costs and (
+                    ms := _dispatch_ms(costs, c.dispatch.function)) is not None else "")
+                for c in members)) for variant, members, bundle in shared if bundle is not None]
         if rule_built is not None:
             to_measure.append(rule_built)
         if not to_measure:

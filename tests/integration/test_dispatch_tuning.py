@@ -61,9 +61,10 @@ def test_weights_once_puts_all_rows_of_a_data_tiled_matmul_in_each_workgroup(
     [mm] = [d for d in configured if d.root_name.endswith("mmt4d")]
     # IREE's own choice: one 16-row tile (of three) per workgroup; the operands' shapes are read
     assert mm.operand_shapes[0][0] == 3 and dict(mm.levels)["distribution"][0] == 1
-    variant, edited, files = weights_once_set(configured, tiled, tmp_path)
-    assert list(files) == [mm.executable]
-    assert edited == [mm.function]
+    rule = weights_once_set(configured, tiled, tmp_path)
+    assert list(rule.files) == [mm.executable]
+    assert list(rule.functions.values()) == [mm.function]
+    variant = rule.variant
     _, before = codegen(recipe, "host", tiled, tmp_path / "a")
     tuned, after = codegen(recipe, "host", variant, tmp_path / "b")
     assert after and after != before
