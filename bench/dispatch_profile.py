@@ -3,12 +3,14 @@
 
 Builds the recipe for a target that runs here (as `edgekit build` does, or as `--variant`
 from the profile's tune flag sets, plus any `--flag`s), runs it under iree-benchmark-module
-with `--device_profiling_mode=host-execution` (local-sync, 1 thread) and reads the .ireeprof
+with `--device_profiling_mode=host-execution` (local-sync at 1 thread, the default; local-task
+with `--threads N` workers, where a column says how busy the workers were in each dispatch)
+and reads the .ireeprof
 with `iree-profile dispatch`. For convolutions and matmuls IREE's dispatch name gives the shape,
 hence the GFLOP/s each kernel reaches; the table also says how much of the wall time is spent
 outside dispatches (runtime overhead, copies).
 
-Then the same model in onnxruntime (1 intra-op thread, default graph optimizations, its
+Then the same model in onnxruntime (as many intra-op threads, default graph optimizations, its
 profiler: `SessionOptions.enable_profiling`), node by node, and a table per op class — conv
 KxK, depthwise conv KxK, matmul, other — of who is faster and by how much. An IREE dispatch is
 matched to onnxruntime's node(s) by FLOP count (a convolution that IREE runs as im2col +
@@ -37,9 +39,10 @@ from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
 from edgekit.toolchain.iree_profile import profiled_run  # noqa: E402
 from edgekit.tune.dispatch_configs import DISPATCH_SHAPE, flop_count  # noqa: E402
 
-def profile(bundle, iterations: int, work: Path) -> tuple[float, list[dict]]:
+def profile(bundle, iterations: int, work: Path, threads: int = 1
+            ) -> tuple[float, list[dict]]:
     """(wall ms per call, per-dispatch rows) from one profiled iree-benchmark-module run."""
-    run, groups = profiled_run(bundle, iterations, work)
+    run, groups = profiled_run(bundle, iterations, work, threads)
     wall_ms = run["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0}[run["time_unit"]]
     rows = []
     for g in groups:
@@ -47,7 +50,11 @@ def profile(bundle, iterations: int, work: Path) -> tuple[float, list[dict]]:
         flops = flop_count(g["key"])
         rows.append({"dispatch": g["key"], "calls": calls, "min_ms": g["min_ns"] / 1e6,
                      "ms_per_inference": g["total_ns"] / 1e6 / run["iterations"],
-                     "gflops_at_min": flops / g["min_ns"] if flops else None})
+                     "gflops_at_min": flops / g["min_ns"] if flops else None,
+                     # the workers' time in the dispatch's tiles over threads × its wall time
+                     "busy": g.get("total_tile_duration_sum_ns", 0) / threads / g["total_ns"]
+                     if g["total_ns"] else None,
+                     "workgroups": g.get("last_workgroup_count")})
     return wall_ms, sorted(rows, key=lambda r: -r["ms_per_inference"])
 
 
@@ -118,14 +125,14 @@ def node_class(op: str, inputs: list[list[int]], output: list[int]
 
 
 def ort_profile(model: bytes, names: list[str], inputs, iterations: int, work: Path,
-                warmup: int = 3) -> tuple[float, list[dict]]:
-    """(median ms per run, per-node rows) from onnxruntime's profiler, one intra-op thread;
-    the first `warmup` runs of every node are dropped."""
+                threads: int = 1, warmup: int = 3) -> tuple[float, list[dict]]:
+    """(median ms per run, per-node rows) from onnxruntime's profiler with `threads` intra-op
+    threads; the first `warmup` runs of every node are dropped."""
     import statistics
 
     import onnxruntime as ort
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.enable_profiling = True
@@ -247,8 +254,8 @@ def _who(iree_ms: float, ort_ms: float) -> str:
 
 
 def print_comparison(iree_wall: float, ort_wall: float, classes: list[dict],
-                     shapes: list[dict], top: int) -> None:
-    print(f"\nonnxruntime (1 thread, its profiler): {ort_wall:.2f} ms per run; IREE "
+                     shapes: list[dict], top: int, threads: int) -> None:
+    print(f"\nonnxruntime ({threads} thread(s), its profiler): {ort_wall:.2f} ms per run; IREE "
           f"{iree_wall:.2f} ms ({_who(iree_wall, ort_wall)} faster)\n")
     print("| op class | IREE ms | IREE GFLOP/s | onnxruntime ms | onnxruntime GFLOP/s | "
           "faster, by |\n|---|---|---|---|---|---|")
@@ -286,9 +293,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-onnxruntime", action="store_true",
                         help="IREE's dispatches only (no per-op comparison)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="workers (IREE local-task above 1; onnxruntime's intra-op threads)")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="edgekit-dispatch-") as tmp:
+        report(args, Path(tmp))
+
+
+def report(args, work: Path) -> None:
     target = load_target(args.target)
-    work = Path(tempfile.mkdtemp(prefix="edgekit-dispatch-"))
     variant = None
     if args.variant:
         lowering, _, flag_set = args.variant.partition("/")
@@ -300,27 +313,31 @@ def main() -> None:
         variant = Variant(base.lowering, base.flag_set + "+extra", base.flags + tuple(args.flags))
     bundle = build(BuildOptions(recipe=args.recipe, target=args.target, variant=variant,
                                 use_tuned=False, out=work / "bundle")).bundle
-    wall, rows = profile(bundle, args.iterations, work)
+    wall, rows = profile(bundle, args.iterations, work, args.threads)
     in_dispatches = sum(r["ms_per_inference"] for r in rows)
     print(f"\n{bundle.manifest.app} for {target.name}, {args.variant or 'untuned'} "
           f"(lowering {bundle.manifest.lowering.used}): wall {wall:.2f} ms per call, "
           f"{in_dispatches:.2f} ms in {len(rows)} dispatch kinds "
-          f"({in_dispatches / wall:.0%}); 1 thread, local-sync\n")
-    print("| dispatch | calls | ms per call (all) | share | fastest ms | GFLOP/s at fastest |\n"
-          "|---|---|---|---|---|---|")
+          f"({in_dispatches / wall:.0%}); " + ("1 thread, local-sync\n" if args.threads == 1
+                                                 else f"{args.threads} threads, local-task\n"))
+    print("| dispatch | calls | ms per call (all) | share | fastest ms | GFLOP/s at fastest |"
+          " workgroups | workers busy |\n|---|---|---|---|---|---|---|---|")
     for r in rows[:args.top]:
         gflops = f"{r['gflops_at_min']:.1f}" if r["gflops_at_min"] else ""
+        busy = f"{r['busy']:.0%}" if args.threads > 1 and r["busy"] is not None else ""
         print(f"| {r['dispatch']} | {r['calls']:g} | {r['ms_per_inference']:.3f} | "
-              f"{r['ms_per_inference'] / wall:.1%} | {r['min_ms']:.3f} | {gflops} |")
+              f"{r['ms_per_inference'] / wall:.1%} | {r['min_ms']:.3f} | {gflops} | "
+              f"{'x'.join(map(str, r['workgroups'] or []))} | {busy} |")
     report = {"wall_ms": wall, "dispatches": rows}
     if not args.no_onnxruntime:
         import numpy as np
         m = bundle.manifest
         inputs = [np.load(bundle.file(p)) for p in m.golden_inputs]
         model, names = onnx_model(args.recipe, inputs)
-        ort_wall, ort_rows = ort_profile(model, names, inputs, args.iterations, work)
+        ort_wall, ort_rows = ort_profile(model, names, inputs, args.iterations, work,
+                                         args.threads)
         classes, shapes = compare(rows, ort_rows)
-        print_comparison(wall, ort_wall, classes, shapes, args.top)
+        print_comparison(wall, ort_wall, classes, shapes, args.top, args.threads)
         report.update(onnxruntime_wall_ms=ort_wall, onnxruntime_nodes=ort_rows,
                       op_classes=classes, shapes=shapes)
     if args.json:

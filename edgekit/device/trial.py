@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.config.address import safe_name
 from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round
 from edgekit.device.deploy import release_id, upload_release, validate_on_device
@@ -26,7 +27,7 @@ from edgekit.device.releases import list_releases, scratch_token
 from edgekit.device.trust import install_signers
 from edgekit.errors import RemoteCommandFailed
 from edgekit.models.bundle import MODULE, Bundle
-from edgekit.toolchain.iree import driver_for_threads
+from edgekit.toolchain.iree import driver_for_threads, runtime_config
 from edgekit.toolchain.iree_profile import profiling_flags
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
@@ -48,21 +49,25 @@ class DeviceTrial:
                              driver=driver_for_threads(m.runtime_driver, threads))
         return bench_round(self.conn, self.arch, release_id(bundle), m, config).samples_ms
 
-    def profile(self, bundle: Bundle, iterations: int, into: Path) -> tuple[dict, Path]:
+    def profile(self, bundle: Bundle, iterations: int, into: Path, threads: int = 1
+                ) -> tuple[dict, Path]:
         """(iree-benchmark-module's record, the HAL profile trace fetched into `into`) of
-        `iterations` calls on the device at one thread (local-sync), as iree_profile's
-        profiled_run takes them here."""
+        `iterations` calls on the device with `threads` workers (1: local-sync), as
+        iree_profile's profiled_run takes them here."""
         m = bundle.manifest
+        driver, workers = runtime_config(m.runtime_driver, threads)
+        # bench.sh: EDGEKIT_DRIVER replaces the release's driver; a later worker count wins
+        workers_flag = () if workers is None else (f"--task_topology_group_count={workers}",)
         scratch = layout.validation_dir(m.app, scratch_token())
         trace = f"{scratch}/run.ireeprof"
         self.conn.mkdirs(scratch)
         try:
             result = self.conn.run(
-                ["env", "EDGEKIT_DRIVER=local-sync", "sh",
+                ["env", f"EDGEKIT_DRIVER={safe_name(driver, 'driver')}", "sh",
                  f"{layout.shims_dir(shim_version())}/bench.sh",
                  layout.runtime_dir(m.compiler_version, self.arch),
                  layout.release_dir(m.app, release_id(bundle)),
-                 f"--benchmark_min_time={iterations}x", *profiling_flags(trace)],
+                 f"--benchmark_min_time={iterations}x", *workers_flag, *profiling_flags(trace)],
                 check=False, timeout=3600)
             if result.returncode != 0:
                 raise RemoteCommandFailed("iree-benchmark-module's HAL profile failed",

@@ -12,15 +12,17 @@ from edgekit.models.bundle import Bundle
 from edgekit.toolchain import iree
 
 
-def profiled_run(bundle: Bundle, iterations: int, work: Path,
+def profiled_run(bundle: Bundle, iterations: int, work: Path, threads: int = 1,
                  timeout: float = 1800) -> tuple[dict, list[dict]]:
     """(iree-benchmark-module's benchmark record, the trace's host dispatch groups) of
-    `iterations` calls at 1 thread (local-sync) on the golden inputs."""
+    `iterations` calls on the golden inputs with `threads` workers, in the runtime
+    configuration a bundle tuned for that count runs in (1: local-sync)."""
     m = bundle.manifest
     trace = work / "run.ireeprof"
+    driver, workers = iree.runtime_config(m.runtime_driver, threads)
     out = subprocess.run(
         [iree.tool_path("iree-benchmark-module"), f"--module={bundle.module}",
-         "--device=local-sync", f"--function={m.entry_function}",
+         *iree.runtime_flags(driver, workers), f"--function={m.entry_function}",
          *[f"--input=@{bundle.file(p)}" for p in m.golden_inputs],
          f"--benchmark_min_time={iterations}x", "--benchmark_format=json",
          *profiling_flags(str(trace))],

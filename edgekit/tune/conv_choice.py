@@ -189,9 +189,10 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
                      if (b := build_one(v, n)) is not None}
             if len(built) < 2:
                 return chosen, results
-            say("timing each convolution direct and as im2col by the HAL profile")
-            costs_direct = _steady_costs(built[direct.name], work)
-            costs_im2col = _steady_costs(built[im2col.name], work)
+            say("timing each convolution direct and as im2col by the HAL profile "
+                f"({chosen.threads} thread(s))")
+            costs_direct = _steady_costs(built[direct.name], work, chosen.threads)
+            costs_im2col = _steady_costs(built[im2col.name], work, chosen.threads)
             if not costs_direct or not costs_im2col:
                 say("no per-convolution choice: the HAL profile did not run")
                 return chosen, results

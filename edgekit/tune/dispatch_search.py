@@ -51,10 +51,13 @@ DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
 NO_INLINED_CONSTANTS = "--iree-flow-inline-constants-max-byte-length=0"
 
 
-def profile_ms(bundle: Bundle, work: Path, iterations: int = 5) -> dict[str, float]:
-    """{dispatch function: ms per inference at its fastest call} from IREE's HAL profiler
-    (local-sync, 1 thread)."""
-    return costs_of(*profiled_run(bundle, iterations, work))
+def profile_ms(bundle: Bundle, work: Path, threads: int = 1, iterations: int = 5
+               ) -> dict[str, float]:
+    """{dispatch function: ms per inference at its fastest call} from IREE's HAL profiler,
+    run with the thread count being tuned (a dispatch's distribution over two workers is
+    what a 2-thread budget pays: MobileNetV2-like's 14x14 depthwise convolutions run 1.1x
+    faster on two workers where its matmuls run 1.6-1.8x)."""
+    return costs_of(*profiled_run(bundle, iterations, work, threads))
 
 
 def costs_of(run: dict, groups: list[dict]) -> dict[str, float]:
@@ -200,9 +203,10 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         # `_encoding_N` executables (data tiling's packs) are left as the compiler made them
         configured = [d for d in configured if carriable(d.executable)]
         here = options.host is None and tuner.runs_here(target)
-        costs = _steady_costs(dumped, work) if here else \
-            _device_costs(options, dumped, work, say) if options.host else None
-        how = ("ranked by IREE's HAL profile" + ("" if here else " on the device")) if costs \
+        costs = _steady_costs(dumped, work, chosen.threads) if here else \
+            _device_costs(options, dumped, work, chosen.threads, say) if options.host else None
+        how = ("ranked by IREE's HAL profile" + ("" if here else " on the device")
+               + (f" at {chosen.threads} threads" if chosen.threads > 1 else "")) if costs \
             else "ranked by FLOPs (static)"
         # IREE's configured source of some dispatches does not compile again as printed
         # (ResNet18-like's 7x7 stem convolution: an llvm.getelementptr with a dynamic-index
@@ -260,7 +264,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         built = [(c, bundle) for _, members, bundle in shared if bundle is not None
                  for c in members]
         if here and costs and screen_base is not None:
-            winners, notes = screen(screen_base, built, work, say)
+            winners, notes = screen(screen_base, built, work, chosen.threads, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
                         for c, _ in built if c not in winners]
             to_measure = []
@@ -330,17 +334,18 @@ def compiles_alone(source: str, work: Path) -> str | None:
     return None
 
 
-def _steady_costs(bundle: Bundle, work: Path, runs: int = SCREEN_ROUNDS
+def _steady_costs(bundle: Bundle, work: Path, threads: int, runs: int = SCREEN_ROUNDS
                   ) -> dict[str, float] | None:
     """Per dispatch, the least of `runs` HAL profiles (one profile on a loaded machine ranked
     ResNet18-like's strided convolutions below matmuls 2-3x cheaper)."""
-    profiles = [p for _ in range(runs) if (p := _profile_or_none(bundle, work))]
+    profiles = [p for _ in range(runs) if (p := _profile_or_none(bundle, work, threads))]
     if not profiles:
         return None
     return {k: min(p.get(k, float("inf")) for p in profiles) for k in profiles[0]}
 
 
-def _device_costs(options, bundle: Bundle, work: Path, say) -> dict[str, float] | None:
+def _device_costs(options, bundle: Bundle, work: Path, threads: int, say
+                  ) -> dict[str, float] | None:
     """profile_ms on the device (`--host`): the configured build uploaded as a trial release,
     validated, profiled there by its own iree-benchmark-module, the trace read here. None
     (ranked by FLOPs instead, as the progress line says) when any of it fails."""
@@ -350,21 +355,21 @@ def _device_costs(options, bundle: Bundle, work: Path, say) -> dict[str, float] 
             if trial.problems[0] is not None:
                 return None
             say("profiling the dispatches on the device (IREE's HAL profiler)")
-            run, trace = trial.profile(bundle, 5, work)
+            run, trace = trial.profile(bundle, 5, work, threads)
             return costs_of(run, dispatch_groups(trace))
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, EdgekitError) as exc:
         say(f"no HAL profile on the device: {str(exc).splitlines()[0][:200] if str(exc) else exc}")
         return None
 
 
-def _profile_or_none(bundle: Bundle, work: Path) -> dict[str, float] | None:
+def _profile_or_none(bundle: Bundle, work: Path, threads: int) -> dict[str, float] | None:
     try:
-        return profile_ms(bundle, work)
+        return profile_ms(bundle, work, threads)
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, EdgekitError):
         return None      # ranked by FLOPs instead (the progress line says so)
 
 
-def screen(base: Bundle, built: list, work: Path, say
+def screen(base: Bundle, built: list, work: Path, threads: int, say
            ) -> tuple[list[Candidate], dict[str, str]]:
     """(per dispatch, the candidate whose own dispatch time beats the compiler's tiles by
     SCREEN_GAIN, if any; a note per candidate). Times: best of SCREEN_ROUNDS interleaved
@@ -373,7 +378,7 @@ def screen(base: Bundle, built: list, work: Path, say
     times: dict[str, float] = {}
     for r in range(SCREEN_ROUNDS):
         say(f"screening tile sizes by the HAL profile (round {r + 1}/{SCREEN_ROUNDS})")
-        base_costs = _profile_or_none(base, work) or {}
+        base_costs = _profile_or_none(base, work, threads) or {}
         for d in {c.dispatch.function for c, _ in built}:
             ms = _dispatch_ms(base_costs, d)
             if ms is not None:
@@ -382,7 +387,7 @@ def screen(base: Bundle, built: list, work: Path, say
         for c, bundle in built:
             key = str(bundle.path)
             if key not in profiles:
-                profiles[key] = _profile_or_none(bundle, work) or {}
+                profiles[key] = _profile_or_none(bundle, work, threads) or {}
             ms = _dispatch_ms(profiles[key], c.dispatch.function)
             if ms is not None:
                 times[c.label] = min(times.get(c.label, ms), ms)
@@ -394,7 +399,8 @@ def screen(base: Bundle, built: list, work: Path, say
             notes[c.label] = f"{c.label}: not in the HAL profile"
             continue
         notes[c.label] = f"{c.dispatch.function}: {_rate(c.dispatch.function, was)} → " \
-                         f"{_rate(c.dispatch.function, now)} (HAL profile)"
+                         f"{_rate(c.dispatch.function, now)} (HAL profile" + \
+                         (f", {threads} threads)" if threads > 1 else ")")
         held = winners.get(c.dispatch.executable)
         if now < was * (1 - SCREEN_GAIN) and (held is None or now < times[held.label]):
             winners[c.dispatch.executable] = c

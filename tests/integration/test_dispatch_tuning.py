@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from edgekit.pipeline.build import BuildOptions, Variant, build
+from edgekit.toolchain.iree_profile import profiled_run
 from edgekit.tune.dispatch_search import (candidates_for, configured_dispatches,
                                           weights_once_set)
 from edgekit.tune.tuner import TuneOptions
@@ -70,6 +71,24 @@ def test_weights_once_puts_all_rows_of_a_data_tiled_matmul_in_each_workgroup(
     assert after and after != before
     report = validate_local(tuned.path)
     assert report.ok, report
+
+
+def test_the_hal_profile_runs_with_the_thread_count_being_tuned(write_recipe, tmp_path):
+    # a 2-thread budget's search ranks and screens dispatches as two workers run them: the
+    # workers' time in a dispatch's tiles then exceeds its wall time (two at once), which one
+    # thread's inline run (local-sync) never shows
+    recipe = write_recipe('name: dispatch-2t\nmodel:\n  python: "@TINY@:few_rows_wide_weights"\n')
+    bundle = build(BuildOptions(recipe=recipe, target="host", use_tuned=False,
+                                out=tmp_path / "b", variant=BASE)).bundle
+
+    def most_parallel(threads: int) -> float:
+        # of three profiles: on a 2-vCPU VM a run's second worker sometimes wakes too late
+        # to take a tile (its trace then shows one worker's time, as one thread's would)
+        return max(g["total_tile_duration_sum_ns"] / g["total_ns"] for _ in range(3)
+                   for g in profiled_run(bundle, 20, tmp_path, threads)[1])
+
+    assert most_parallel(1) <= 1.0
+    assert most_parallel(2) > 1.2
 
 
 def test_the_same_search_compiles_for_cortex_a72(write_recipe, tmp_path):
