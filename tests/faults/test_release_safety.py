@@ -16,6 +16,7 @@ import pytest
 from edgekit.api.build import BuildOptions, build
 from edgekit.config.paths import cache_root
 from edgekit.lab import devices as lab
+from tests.fixtures.killable import edgekit_to_kill
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = (REPO / "recipes" / "kws_mlp.yaml").read_text()
@@ -109,16 +110,13 @@ def release_of(bundle: Path) -> str:
 def kill_when(args: list[str], reached, timeout: float = 180, must_kill: bool = True) -> bool:
     """Run the CLI and SIGKILL it the moment `reached()` is true (polled every ms); True if
     it was killed before it finished."""
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
+    with edgekit_to_kill(*args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:
             if reached():
                 proc.kill()
                 break
             time.sleep(0.001)
-    finally:
         proc.kill()
         _, err = proc.communicate()
     if must_kill:

@@ -20,6 +20,7 @@ from edgekit.device.provision import shim_version
 from edgekit.device.releases import activate, prune_releases, rollback
 from edgekit.errors import HealthGateFailed, RemoteCommandFailed
 from edgekit.fleet.rollout import UpdateOptions, update
+from tests.fixtures.killable import edgekit_to_kill
 from tests.local.conftest import APP, RECIPE, current_of, device_journal, releases_on, set_manifest
 
 pytestmark = pytest.mark.local
@@ -241,17 +242,12 @@ def test_a_deploy_killed_during_validation_leaves_current_and_the_next_one_clean
         builds, make_device, v1, v2):
     device = make_device()
     first = deploy_bundle(device, v1)
-    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli.main", "deploy",
-                             str(builds["v2"]), "--host", f"local:{device.root}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with edgekit_to_kill("deploy", str(builds["v2"]), "--host", f"local:{device.root}",
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and not any(
                 p.name.startswith(".validation-") for p in app_dir(device).iterdir()):
             time.sleep(0.002)
-        proc.kill()
-    finally:
-        proc.wait()
     assert proc.returncode == -9   # killed mid-deploy, not finished
     assert current_of(device.root) == first.release
     assert subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"],
