@@ -52,7 +52,7 @@ NO_INLINED_CONSTANTS = "--iree-flow-inline-constants-max-byte-length=0"
 
 
 def profile_ms(bundle: Bundle, work: Path, threads: int = 1, iterations: int = 5
-               ) -> dict[str, float]:
+               ) -> Costs:
     """{dispatch function: ms per inference at its fastest call} from IREE's HAL profiler,
     run with the thread count being tuned (a dispatch's distribution over two workers is
     what a 2-thread budget pays: MobileNetV2-like's 14x14 depthwise convolutions run 1.1x
@@ -60,14 +60,23 @@ def profile_ms(bundle: Bundle, work: Path, threads: int = 1, iterations: int = 5
     return costs_of(*profiled_run(bundle, iterations, work, threads))
 
 
-def costs_of(run: dict, groups: list[dict]) -> dict[str, float]:
+class Costs(dict):
+    """{dispatch function: ms per inference}, and how many calls per inference that is."""
+
+    def __init__(self, *args, calls: dict[str, float] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: dict[str, float] = dict(calls or {})
+
+
+def costs_of(run: dict, groups: list[dict]) -> Costs:
     """profile_ms's figures from a benchmark record and its trace's dispatch groups."""
     runs = run["iterations"]
-    costs: dict[str, float] = {}
+    costs = Costs()
     for g in groups:
         # the fastest call × calls per inference: on a shared machine the totals swing
         # 2-3× between runs while a kernel's fastest call holds within ~1-2%
         costs[g["key"]] = costs.get(g["key"], 0.0) + g["min_ns"] / 1e6 * g["count"] / runs
+        costs.calls[g["key"]] = costs.calls.get(g["key"], 0.0) + g["count"] / runs
     return costs
 
 
@@ -293,7 +302,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
             # each shared build measured whole; how its dispatches were picked (and what they
             # cost there), for the record
             to_measure = [(variant, bundle, f"{how}: " + "; ".join(
-                c.dispatch.function + (f" {_rate(c.dispatch.function, ms)}" if costs and (
+                c.dispatch.function + (f" {_rate(c.dispatch.function, ms, costs)}" if costs and (
                     ms := _dispatch_ms(costs, c.dispatch.function)) is not None else "")
                 for c in members)) for variant, members, bundle in shared if bundle is not None]
         if rule_built is not None:
@@ -335,13 +344,14 @@ def compiles_alone(source: str, work: Path) -> str | None:
 
 
 def _steady_costs(bundle: Bundle, work: Path, threads: int, runs: int = SCREEN_ROUNDS
-                  ) -> dict[str, float] | None:
+                  ) -> Costs | None:
     """Per dispatch, the least of `runs` HAL profiles (one profile on a loaded machine ranked
     ResNet18-like's strided convolutions below matmuls 2-3x cheaper)."""
     profiles = [p for _ in range(runs) if (p := _profile_or_none(bundle, work, threads))]
     if not profiles:
         return None
-    return {k: min(p.get(k, float("inf")) for p in profiles) for k in profiles[0]}
+    return Costs({k: min(p.get(k, float("inf")) for p in profiles) for k in profiles[0]},
+                 calls=profiles[0].calls)
 
 
 def _device_costs(options, bundle: Bundle, work: Path, threads: int, say
@@ -362,7 +372,7 @@ def _device_costs(options, bundle: Bundle, work: Path, threads: int, say
         return None
 
 
-def _profile_or_none(bundle: Bundle, work: Path, threads: int) -> dict[str, float] | None:
+def _profile_or_none(bundle: Bundle, work: Path, threads: int) -> Costs | None:
     try:
         return profile_ms(bundle, work, threads)
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, EdgekitError):
@@ -376,9 +386,11 @@ def screen(base: Bundle, built: list, work: Path, threads: int, say
     HAL profiles, ms per inference of that dispatch at its fastest call."""
     best: dict[str, float] = {}
     times: dict[str, float] = {}
+    calls: dict[str, float] = {}
     for r in range(SCREEN_ROUNDS):
         say(f"screening tile sizes by the HAL profile (round {r + 1}/{SCREEN_ROUNDS})")
-        base_costs = _profile_or_none(base, work, threads) or {}
+        base_costs = _profile_or_none(base, work, threads) or Costs()
+        calls.update(base_costs.calls)
         for d in {c.dispatch.function for c, _ in built}:
             ms = _dispatch_ms(base_costs, d)
             if ms is not None:
@@ -398,8 +410,9 @@ def screen(base: Bundle, built: list, work: Path, threads: int, say
         if was is None or now is None:
             notes[c.label] = f"{c.label}: not in the HAL profile"
             continue
-        notes[c.label] = f"{c.dispatch.function}: {_rate(c.dispatch.function, was)} → " \
-                         f"{_rate(c.dispatch.function, now)} (HAL profile" + \
+        where = Costs(calls=calls)
+        notes[c.label] = f"{c.dispatch.function}: {_rate(c.dispatch.function, was, where)} → " \
+                         f"{_rate(c.dispatch.function, now, where)} (HAL profile" + \
                          (f", {threads} threads)" if threads > 1 else ")")
         held = winners.get(c.dispatch.executable)
         if now < was * (1 - SCREEN_GAIN) and (held is None or now < times[held.label]):
@@ -412,6 +425,9 @@ def _dispatch_ms(costs: dict[str, float], function: str) -> float | None:
     return sum(found) if found else None
 
 
-def _rate(function: str, ms: float) -> str:
-    flops = flop_count(function)
-    return f"{ms:.3f} ms" + (f" ({flops / ms / 1e6:.0f} GFLOP/s)" if flops else "")
+def _rate(function: str, ms: float, costs: Costs) -> str:
+    """`ms` per inference, and the GFLOP/s of its calls (a dispatch may run several times)."""
+    calls = sum(n for key, n in costs.calls.items() if key.startswith(function)) or 1.0
+    flops = (flop_count(function) or 0) * calls
+    per_call = f", {calls:g} calls" if calls != 1 else ""
+    return f"{ms:.3f} ms{per_call}" + (f" ({flops / ms / 1e6:.0f} GFLOP/s)" if flops else "")

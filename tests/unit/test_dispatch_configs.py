@@ -200,3 +200,16 @@ def test_only_executables_a_bundle_may_carry_are_searched():
     assert carriable("main_dispatch_12")
     # data tiling's pack executables: a bundle's payload names start with a letter or digit
     assert not carriable("_encoding_9") and not carriable("../main_dispatch_1")
+
+
+def test_a_dispatch_called_several_times_is_rated_per_call_and_costed_per_inference():
+    from edgekit.tune.dispatch_search import _rate, costs_of
+    # 10 inferences; the 56x56x64x3x3x64 convolution runs twice in each, 1.0 ms at best
+    run = {"iterations": 10}
+    groups = [{"key": "main_dispatch_4_conv_56x56x64x3x3x64_f32", "min_ns": 1_000_000,
+               "count": 20}]
+    costs = costs_of(run, groups)
+    assert costs["main_dispatch_4_conv_56x56x64x3x3x64_f32"] == pytest.approx(2.0)
+    # 231 MFLOP a call: 231 GFLOP/s, not the 116 that dividing one call's FLOPs by both gives
+    name = "main_dispatch_4_conv_56x56x64x3x3x64_f32"
+    assert _rate(name, 2.0, costs) == "2.000 ms, 2 calls (231 GFLOP/s)"
