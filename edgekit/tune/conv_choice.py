@@ -37,7 +37,8 @@ from edgekit.errors import EdgekitError
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.pipeline.rewrite import ConvShape
 
-CONV_OPTIONS = (f"{PREFIX}convs-as-matmul=", f"{PREFIX}im2col-convs=")
+CONV_OPTIONS = (f"{PREFIX}convs-as-matmul=", f"{PREFIX}im2col-convs=",
+                f"{PREFIX}pointwise-as-matmul=")
 _NAME = re.compile(r"_(conv|matmul_like|batch_matmul|matmul)_((?:\d+x)+\d+)_f")
 MARGIN = 0.05          # im2col must be this much cheaper: a tie keeps the direct convolution
 

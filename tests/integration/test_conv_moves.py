@@ -31,3 +31,20 @@ def test_the_per_convolution_choice_places_each_convolution_and_builds(write_rec
     assert "3 of 3 BatchNorms folded into their convolutions" in note
     assert f"convolutions as im2col + matmul (--edgekit-im2col-convs={selection})" in note
     assert validate_local(mix.path).ok    # against the model as written
+
+
+def test_pointwise_convolutions_as_matmuls_compile_into_contractions_and_validate(
+        write_recipe, tmp_path):
+    recipe = write_recipe('name: pointwise\nmodel:\n  python: "@TINY@:inverted_residual"\n')
+    flags = ("--edgekit-pointwise-as-matmul=on", "--iree-llvmcpu-number-of-threads=2")
+    bundle = build(BuildOptions(recipe=recipe, target="host", out=tmp_path / "b",
+                                variant=Variant("tosa", "pointwise", flags),
+                                use_tuned=False)).bundle
+    assert "2 of 3 convolutions as im2col + matmul (--edgekit-pointwise-as-matmul=on)" in \
+        bundle.manifest.lowering.note
+    kinds = profile_ms(bundle, tmp_path)
+    # the expand convolution: one 4-D contraction (14x14 pixels, 64 <- 16 channels) that
+    # writes into the depthwise convolution's padded input, no copy dispatch between them
+    assert any("matmul_like_14x14x64x16" in k for k in kinds), sorted(kinds)
+    assert not any("memcpy" in k for k in kinds), sorted(kinds)
+    assert validate_local(bundle.path).ok    # against the model as written

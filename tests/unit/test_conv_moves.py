@@ -79,6 +79,43 @@ def test_only_the_selected_convolutions_become_matmuls():
                                atol=1e-4)
 
 
+def test_pointwise_as_matmul_rewrites_the_1x1_convolutions_only_with_a_cin_by_cout_weight():
+    exported, model, x = exported_conv_bn()
+    rewritten = rewrite_graph(exported, ("--edgekit-pointwise-as-matmul=on",))
+    assert rewritten.rewrites == ("1 of 3 convolutions as im2col + matmul "
+                                  "(--edgekit-pointwise-as-matmul=on)",)
+    nodes = rewritten.program.graph.nodes
+    left = [tuple(n.args[1].meta["val"].shape) for n in nodes
+            if n.target is torch.ops.aten.convolution.default]
+    assert left == [(16, 3, 3, 3), (32, 16, 3, 3)]          # the 3x3 ones stay convolutions
+    # conv 2 (32 -> 64 channels, 1x1): a matmul whose weight operand is (cin, cout)
+    weights = [tuple(n.args[1].meta["val"].shape) for n in nodes
+               if n.target is torch.ops.aten.matmul.default]
+    assert weights == [(32, 64)]
+    np.testing.assert_allclose(run(rewritten.program, x), model(x).detach().numpy(),
+                               atol=1e-4)
+    with pytest.raises(ValueError, match="edgekit option"):
+        parse_edgekit_flags(("--edgekit-pointwise-as-matmul=yes",))
+
+
+def test_a_pointwise_convolution_feeding_a_padded_one_becomes_a_multiply_and_sum():
+    # MobileNetV2's block: expand 1x1 -> ReLU6 -> depthwise 3x3 (pads its input) -> project
+    # 1x1; only the expand convolution's result is padded next
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 1), torch.nn.ReLU6(),
+                                torch.nn.Conv2d(16, 16, 3, padding=1, groups=16),
+                                torch.nn.Conv2d(16, 8, 1)).eval()
+    x = torch.randn(1, 8, 6, 6)
+    exported = ExportedModel(frontend=TorchFrontend(), program=torch.export.export(model, (x,)),
+                             digest="d", samples=(x.numpy(),), golden=(), inputs=(), outputs=())
+    rewritten = rewrite_graph(exported, ("--edgekit-pointwise-as-matmul=on",))
+    targets = [n.target for n in rewritten.program.graph.nodes]
+    assert targets.count(torch.ops.aten.sum.dim_IntList) == 1       # the expand convolution
+    assert targets.count(torch.ops.aten.matmul.default) == 1        # the project convolution
+    assert targets.count(torch.ops.aten.convolution.default) == 1   # the depthwise one stays
+    np.testing.assert_allclose(run(rewritten.program, x), model(x).detach().numpy(), atol=1e-5)
+
+
 # --- the per-convolution choice (pure) --------------------------------------------------------
 
 A = (64, 56, 56, 64, 3, 3)       # cout, oh, ow, cin, kh, kw
@@ -137,7 +174,8 @@ def test_the_selection_lists_the_indices_of_the_chosen_shapes():
 
 def test_the_variants_own_conv_options_are_dropped_for_the_two_builds():
     assert without_conv_options(("--edgekit-convs-as-matmul=196", "--iree-opt-data-tiling",
-                                 "--edgekit-im2col-convs=1-3", "--edgekit-fold-batchnorm=on")
+                                 "--edgekit-im2col-convs=1-3", "--edgekit-fold-batchnorm=on",
+                                 "--edgekit-pointwise-as-matmul=on")
                                 ) == ("--iree-opt-data-tiling", "--edgekit-fold-batchnorm=on")
 
 
