@@ -52,6 +52,7 @@ from host_latency import (load_model, ort_runner, time_interleaved,  # noqa: E40
                           torch_runner)
 
 from edgekit import load_recipe  # noqa: E402
+from edgekit.config.profiles import load_target  # noqa: E402
 from edgekit.pipeline.build import BuildOptions, Variant, build  # noqa: E402
 from edgekit.tune.tuner import TuneOptions, tune  # noqa: E402
 
@@ -76,10 +77,12 @@ _KEEP: list = []   # closed before the interpreter exits (nanobind reports leaks
 
 
 def best_by_set(record, threads: int) -> dict[str, object]:
-    """flag set → its fastest valid candidate at `threads` (any lowering)."""
+    """flag set → its fastest valid candidate at `threads` (any lowering); the profile's sets
+    only (a dispatch search's candidates are one model's own, not a set to compare across)."""
+    sets = {"default", *load_target("host").tune.flag_sets}
     best: dict[str, object] = {}
     for c in record.candidates:
-        if c.status == "ok" and c.threads == threads:
+        if c.status == "ok" and c.threads == threads and c.flag_set in sets:
             if c.flag_set not in best or c.p50_ms < best[c.flag_set].p50_ms:
                 best[c.flag_set] = c
     return best

@@ -302,7 +302,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
             # each shared build measured whole; how its dispatches were picked (and what they
             # cost there), for the record
             to_measure = [(variant, bundle, f"{how}: " + "; ".join(
-                c.dispatch.function + (f" {_rate(c.dispatch.function, ms, costs)}" if costs and (
+                c.dispatch.function + (f" {_rate(c.dispatch.function, ms, costs.calls)}" if costs and (
                     ms := _dispatch_ms(costs, c.dispatch.function)) is not None else "")
                 for c in members)) for variant, members, bundle in shared if bundle is not None]
         if rule_built is not None:
@@ -355,7 +355,7 @@ def _steady_costs(bundle: Bundle, work: Path, threads: int, runs: int = SCREEN_R
 
 
 def _device_costs(options, bundle: Bundle, work: Path, threads: int, say
-                  ) -> dict[str, float] | None:
+                  ) -> Costs | None:
     """profile_ms on the device (`--host`): the configured build uploaded as a trial release,
     validated, profiled there by its own iree-benchmark-module, the trace read here. None
     (ranked by FLOPs instead, as the progress line says) when any of it fails."""
@@ -410,9 +410,8 @@ def screen(base: Bundle, built: list, work: Path, threads: int, say
         if was is None or now is None:
             notes[c.label] = f"{c.label}: not in the HAL profile"
             continue
-        where = Costs(calls=calls)
-        notes[c.label] = f"{c.dispatch.function}: {_rate(c.dispatch.function, was, where)} → " \
-                         f"{_rate(c.dispatch.function, now, where)} (HAL profile" + \
+        notes[c.label] = f"{c.dispatch.function}: {_rate(c.dispatch.function, was, calls)} → " \
+                         f"{_rate(c.dispatch.function, now, calls)} (HAL profile" + \
                          (f", {threads} threads)" if threads > 1 else ")")
         held = winners.get(c.dispatch.executable)
         if now < was * (1 - SCREEN_GAIN) and (held is None or now < times[held.label]):
@@ -425,9 +424,10 @@ def _dispatch_ms(costs: dict[str, float], function: str) -> float | None:
     return sum(found) if found else None
 
 
-def _rate(function: str, ms: float, costs: Costs) -> str:
-    """`ms` per inference, and the GFLOP/s of its calls (a dispatch may run several times)."""
-    calls = sum(n for key, n in costs.calls.items() if key.startswith(function)) or 1.0
+def _rate(function: str, ms: float, calls_of: dict[str, float]) -> str:
+    """`ms` per inference, and the GFLOP/s of its calls (a dispatch may run several times;
+    `calls_of`: calls per inference by dispatch, as Costs.calls)."""
+    calls = sum(n for key, n in calls_of.items() if key.startswith(function)) or 1.0
     flops = (flop_count(function) or 0) * calls
     per_call = f", {calls:g} calls" if calls != 1 else ""
     return f"{ms:.3f} ms{per_call}" + (f" ({flops / ms / 1e6:.0f} GFLOP/s)" if flops else "")

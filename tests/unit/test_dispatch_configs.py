@@ -34,6 +34,22 @@ def test_without_vector_moves_the_register_tile_is_the_compilers():
                          for c in found)
 
 
+def test_a_deeper_register_tile_divides_its_distribution_tile():
+    # ResNet18-like's 56x56 3x3 convolution: 8 output columns by 16 channels, 56 columns per
+    # workgroup; 16 columns would not divide 56, 14 do
+    conv = (("distribution", (0, 4, 56, 64, 0, 0, 0)),
+            ("vector_common_parallel", (1, 1, 8, 16, 0, 0, 0)),
+            ("vector_reduction", (0, 0, 0, 0, 1, 1, 8)))
+    first = [dict(c)["vector_common_parallel"] for c in candidate_levels(conv, limit=3)]
+    assert (1, 1, 14, 16, 0, 0, 0) in first
+    # where double divides it, double (MobileNetV2-like's depthwise: 4 -> 8 columns)
+    depthwise = (("distribution", (0, 8, 56, 16, 0, 0)),
+                 ("vector_common_parallel", (1, 1, 4, 16, 0, 0)),
+                 ("vector_reduction", (0, 0, 0, 0, 1, 3)))
+    assert (1, 1, 8, 16, 0, 0) in [dict(c)["vector_common_parallel"]
+                                   for c in candidate_levels(depthwise, limit=3)]
+
+
 def test_a_register_tile_on_a_strided_loop_is_moved_or_spread_among_the_first_tries():
     # ResNet18-like's strided 1x1 convolution (matmul_like_128x28x28x64): IREE vectorizes the
     # 28 output columns, which read their input with stride 2; 8x4 lanes took 0.43 ms, not 143
@@ -212,4 +228,4 @@ def test_a_dispatch_called_several_times_is_rated_per_call_and_costed_per_infere
     assert costs["main_dispatch_4_conv_56x56x64x3x3x64_f32"] == pytest.approx(2.0)
     # 231 MFLOP a call: 231 GFLOP/s, not the 116 that dividing one call's FLOPs by both gives
     name = "main_dispatch_4_conv_56x56x64x3x3x64_f32"
-    assert _rate(name, 2.0, costs) == "2.000 ms, 2 calls (231 GFLOP/s)"
+    assert _rate(name, 2.0, costs.calls) == "2.000 ms, 2 calls (231 GFLOP/s)"
