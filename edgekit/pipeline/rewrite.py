@@ -18,13 +18,14 @@ in the exported graph (from 0), any kernel and stride (groups 1): the per-convol
 that `edgekit tune --conv-choice` makes from each convolution's dispatch time in IREE's HAL
 profile (tune/conv_choice.py). With `convs-as-matmul` too, a convolution either names goes.
 
-`--edgekit-pointwise-as-matmul=on`: the same rewrite for every 1x1 convolution (groups 1): a
-channels-last matmul with the weight as a (cin x cout) constant. IREE runs a 1x1 convolution
-as a contraction with the weight as TOSA/PyTorch store it, (cout x cin), so each register tile
-of output channels loads its weights across rows; as (cin x cout) they are one contiguous load.
+`--edgekit-pointwise-as-matmul=on`: every 1x1 convolution (groups 1) channels-last with its
+weight as a (cin x cout) constant. IREE runs a 1x1 convolution as a contraction with the weight
+as TOSA/PyTorch store it, (cout x cin), so each register tile of output channels loads its
+weights across rows; as (cin x cout) they are one contiguous load. A convolution whose result
+the next one pads becomes a multiply-and-sum (_pointwise_into_padding), the others a matmul.
 MobileNetV2-like (AVX-512, 1 thread, HAL profile, without data tiling): its expand convolutions
-120-160 -> 200-212 GFLOP/s, its depthwise convolutions (no longer fused with data tiling's packs)
-1.15 -> 0.43 ms; in process 6 % faster than its best flag set (fold-batchnorm+data-tiling).
+120-160 -> 200-215 GFLOP/s, its depthwise convolutions (no longer fused with data tiling's packs)
+1.15 -> 0.43 ms; in process 9-11 % faster than its best flag set (fold-batchnorm+data-tiling).
 
 `--edgekit-fold-batchnorm=on`: eval-mode BatchNorm after a convolution is folded into the
 convolution's weight and bias (w·γ/√(σ²+ε), (b−μ)·γ/√(σ²+ε)+β), so no per-channel scale and
