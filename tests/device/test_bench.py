@@ -65,13 +65,21 @@ def test_the_html_report_renders_its_plots_in_headless_chromium(deployed, x86_de
 
 def test_same_release_is_within_noise_and_a_generic_cpu_build_is_a_regression(
         deployed, x86_device, tmp_path, monkeypatch):
-    runs = []
-    for _ in range(2):
-        proc = edgekit("bench", x86_device.name, "--app", "mm", "--repetitions", "40",
-                       "--rounds", "8", "--json")
-        assert proc.returncode == 0, proc.stderr
-        runs.append(json.loads(proc.stdout)["results"][0]["id"])
-    same = edgekit("bench", "compare", *runs, "--json")
+    def same_release_compared():
+        runs = []
+        for _ in range(2):
+            proc = edgekit("bench", x86_device.name, "--app", "mm", "--repetitions", "40",
+                           "--rounds", "8", "--json")
+            assert proc.returncode == 0, proc.stderr
+            runs.append(json.loads(proc.stdout)["results"][0]["id"])
+        return edgekit("bench", "compare", *runs, "--json")
+
+    # two runs minutes apart: a slow spell of a shared VM during one of them shifts all its
+    # rounds, which no per-run noise band can tell from a regression (CI once saw +17% against
+    # a 15% band); a second pair must then agree before the same release counts as slower
+    same = same_release_compared()
+    if same.returncode != 0:
+        same = same_release_compared()
     assert same.returncode == 0, same.stdout
     assert not json.loads(same.stdout)[0]["regression"]
     # the same model compiled for the x86-64 baseline instead of this CPU
