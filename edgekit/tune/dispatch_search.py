@@ -301,10 +301,12 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
         else:
             # each shared build measured whole; how its dispatches were picked (and what they
             # cost there), for the record
-            to_measure = [(variant, bundle, f"{how}: " + "; ".join(
-                c.dispatch.function + (f" {_rate(c.dispatch.function, ms, costs.calls)}" if costs and (
-                    ms := _dispatch_ms(costs, c.dispatch.function)) is not None else "")
-                for c in members)) for variant, members, bundle in shared if bundle is not None]
+            def picked(c: Candidate) -> str:
+                ms = _dispatch_total(costs, c.dispatch.function) if costs else None
+                return c.dispatch.function + ("" if ms is None else
+                                              f" {_rate(c.dispatch.function, ms, costs.calls)}")
+            to_measure = [(variant, bundle, f"{how}: " + "; ".join(map(picked, members)))
+                          for variant, members, bundle in shared if bundle is not None]
         if rule_built is not None:
             to_measure.append(rule_built)
         if not to_measure:
@@ -392,7 +394,7 @@ def screen(base: Bundle, built: list, work: Path, threads: int, say
         base_costs = _profile_or_none(base, work, threads) or Costs()
         calls.update(base_costs.calls)
         for d in {c.dispatch.function for c, _ in built}:
-            ms = _dispatch_ms(base_costs, d)
+            ms = _dispatch_total(base_costs, d)
             if ms is not None:
                 best[d] = min(best.get(d, ms), ms)
         profiles: dict[str, dict[str, float]] = {}      # one profile per shared build
@@ -400,7 +402,7 @@ def screen(base: Bundle, built: list, work: Path, threads: int, say
             key = str(bundle.path)
             if key not in profiles:
                 profiles[key] = _profile_or_none(bundle, work, threads) or {}
-            ms = _dispatch_ms(profiles[key], c.dispatch.function)
+            ms = _dispatch_total(profiles[key], c.dispatch.function)
             if ms is not None:
                 times[c.label] = min(times.get(c.label, ms), ms)
     winners: dict[str, Candidate] = {}
@@ -419,15 +421,16 @@ def screen(base: Bundle, built: list, work: Path, threads: int, say
     return list(winners.values()), notes
 
 
-def _dispatch_ms(costs: dict[str, float], function: str) -> float | None:
-    found = [ms for key, ms in costs.items() if key.startswith(function)]
+def _dispatch_total(by_key: dict[str, float], function: str) -> float | None:
+    """The sum over the profile keys of `function` (its ms, or its calls), None if absent."""
+    found = [v for key, v in by_key.items() if key.startswith(function)]
     return sum(found) if found else None
 
 
 def _rate(function: str, ms: float, calls_of: dict[str, float]) -> str:
     """`ms` per inference, and the GFLOP/s of its calls (a dispatch may run several times;
     `calls_of`: calls per inference by dispatch, as Costs.calls)."""
-    calls = sum(n for key, n in calls_of.items() if key.startswith(function)) or 1.0
+    calls = _dispatch_total(calls_of, function) or 1.0
     flops = (flop_count(function) or 0) * calls
     per_call = f", {calls:g} calls" if calls != 1 else ""
     return f"{ms:.3f} ms{per_call}" + (f" ({flops / ms / 1e6:.0f} GFLOP/s)" if flops else "")
