@@ -83,8 +83,9 @@ def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) 
         raise ConfigError("say what to bisect: --bundle B, or --recipe R with --target T",
                           key="bundle", hint="edgekit bisect --bundle build/app-T --local")
     if options.bundle:
-        with tempfile.TemporaryDirectory(prefix="edgekit-bisect-bundle-") as workdir:
-            recovered = recover(load_bundle(options.bundle), Path(workdir))
+        with tempfile.TemporaryDirectory(prefix="edgekit-bisect-bundle-") as workdir, \
+                load_bundle(options.bundle) as opened:
+            recovered = recover(opened, Path(workdir))
             return _bisect(dataclasses.replace(options, recipe=recovered.recipe,
                                                target=recovered.target, use_tuned=False),
                            say, recovered.model_digest, options.bundle)

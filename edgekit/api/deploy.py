@@ -65,7 +65,7 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if options.bundle is not None and Path(options.bundle).is_dir():
         bundle = load_bundle(private_copy(Path(options.bundle)))
     elif options.bundle is not None:
-        bundle = load_bundle(options.bundle)       # a .tar: extracted to a private directory
+        bundle = load_bundle(options.bundle)       # a .tar: extracted to a directory it owns
     else:
         # imported here: a prebuilt bundle deploys without torch or the compiler installed
         from edgekit.api.build import BuildOptions, build
@@ -81,6 +81,7 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
                                  allow_unsigned=options.allow_unsigned,
                                  cpu_fallback=options.cpu_fallback)
     finally:
+        bundle.release()                            # a .tar's extraction
         if options.bundle is None or Path(options.bundle).is_dir():
             shutil.rmtree(bundle.path.parent, ignore_errors=True)
 

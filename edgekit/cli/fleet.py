@@ -210,10 +210,11 @@ def fleet_check_outputs(release: Path, outputs: Path, as_json: bool) -> None:
     from edgekit.models.bundle import load_bundle
     from edgekit.validate.compare import compare_output_files
     from edgekit.validate.outputs import output_file
-    bundle = load_bundle(release)
-    bundle.verify()
-    files = [outputs / output_file(i, o.dtype) for i, o in enumerate(bundle.manifest.outputs)]
-    report = compare_output_files(bundle, files, where=outputs.name)
+    with load_bundle(release) as bundle:
+        bundle.verify()
+        files = [outputs / output_file(i, o.dtype)
+                 for i, o in enumerate(bundle.manifest.outputs)]
+        report = compare_output_files(bundle, files, where=outputs.name)
     if as_json:
         render.emit_json(report.model_dump(mode="json"))
     else:

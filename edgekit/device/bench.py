@@ -28,7 +28,7 @@ from edgekit.device.releases import current_release, verify_release
 from edgekit.device.trust import check_signature
 from edgekit.errors import BundleError, ConfigError, RemoteCommandFailed
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
-from edgekit.models.bundle import MANIFEST, Manifest, load_bundle
+from edgekit.models.bundle import MANIFEST, Bundle, Manifest, load_bundle
 from edgekit.toolchain.iree import runtime_flags
 from edgekit.toolchain.versions import package_version
 from edgekit.transport import open_device
@@ -66,6 +66,15 @@ def run_bench(options: BenchOptions,
         raise ConfigError("need rounds >= 1, repetitions >= 2 per round, warmup >= 0, "
                           "threads >= 1", key="bench")
     bundle = load_bundle(options.bundle) if options.bundle else None
+    try:
+        return _bench_hosts(options, bundle, on_progress)
+    finally:
+        if bundle is not None:
+            bundle.release()                       # a .tar's extraction
+
+
+def _bench_hosts(options: BenchOptions, bundle: Bundle | None,
+                 on_progress: Callable[[str, int, int], None] | None) -> list[BenchResult]:
     if bundle:  # refused before any device is touched (deploy_bundle checks again)
         bundle.verify()
         check_signature(bundle, options.allow_unsigned)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -261,10 +262,24 @@ def sha256_file(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Bundle:
-    """A bundle directory on disk and its parsed manifest."""
+    """A bundle directory on disk and its parsed manifest. A bundle opened from a .tar lives
+    in a temporary directory (`scratch`) that the bundle owns: use it as a context manager
+    (`with load_bundle(p) as bundle:`), or call `release()`, so that it is removed."""
 
     path: Path
     manifest: Manifest
+    scratch: Path | None = field(default=None, compare=False)
+
+    def release(self) -> None:
+        """Remove the directory a .tar was extracted into (nothing for a bundle directory)."""
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> Bundle:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
 
     @property
     def module(self) -> Path:
@@ -297,12 +312,22 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 
 def load_bundle(path: str | Path) -> Bundle:
-    """Open a bundle directory or .tar (extracted to a temporary directory). The manifest's
+    """Open a bundle directory or .tar (extracted to a temporary directory that the returned
+    bundle owns: release it, see Bundle). The manifest's
     file names are checked (a closed set) and none of them, nor the manifest, may be a
     symlink; sha256s are checked by Bundle.verify, the signature by toolchain.signing."""
     path = Path(path)
-    if path.is_file() and tarfile.is_tarfile(path):
-        path = _extract(path)
+    if not (path.is_file() and tarfile.is_tarfile(path)):
+        return _open(path, scratch=None)
+    scratch, path = _extract(path)
+    try:
+        return _open(path, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)     # a refused archive leaves nothing behind
+        raise
+
+
+def _open(path: Path, scratch: Path | None) -> Bundle:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise BundleError("not a bundle (no manifest.json)", where=str(path),
@@ -320,7 +345,7 @@ def load_bundle(path: str | Path) -> Bundle:
         raise BundleError(f"bundle schema version {manifest.schema_version} is not supported "
                           f"(this edgekit reads {SCHEMA_VERSION})", where=str(path))
     _refuse_links(path, list(manifest.files))
-    return Bundle(path, manifest)
+    return Bundle(path, manifest, scratch)
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:
@@ -343,9 +368,10 @@ def _refuse_links(root: Path, names: list[str]) -> None:
                                   hint="copy the bundle with `cp -rL`, or rebuild it")
 
 
-def _extract(archive: Path) -> Path:
+def _extract(archive: Path) -> tuple[Path, Path]:
     """Extract a bundle archive after checking every member: plain files and directories
-    with a bundle's names only, in one top folder or none."""
+    with a bundle's names only, in one top folder or none. (the temporary directory, the
+    bundle directory in it)"""
     try:
         with tarfile.open(archive) as tar:
             members = tar.getmembers()
@@ -353,11 +379,15 @@ def _extract(archive: Path) -> Path:
             for member in members:
                 _check_member(member, top, archive)
             target = Path(tempfile.mkdtemp(prefix="edgekit-bundle-"))
-            tar.extractall(target, members=members, filter="data")
+            try:
+                tar.extractall(target, members=members, filter="data")
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)
+                raise
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"the bundle archive cannot be read: {exc}", where=str(archive)) \
             from None
-    return target / top if top else target
+    return target, (target / top if top else target)
 
 
 def _top_folder(names: list[str], archive: Path) -> str:

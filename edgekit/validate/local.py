@@ -29,7 +29,11 @@ def host_cannot_run(bundle: Bundle) -> str | None:
 
 
 def validate_local(path: str | Path) -> ValidationReport:
-    bundle = load_bundle(path)
+    with load_bundle(path) as bundle:
+        return _validate(bundle)
+
+
+def _validate(bundle: Bundle) -> ValidationReport:
     bundle.verify()
     reason = host_cannot_run(bundle)
     if reason:

@@ -31,6 +31,15 @@ def test_a_host_build_validates_locally_and_records_what_it_is(write_recipe, tmp
     assert report.ok and report.outputs[0].max_abs_error < 1e-5
 
 
+def test_validating_a_bundle_archive_leaves_no_extraction_behind(write_recipe, tmp_path):
+    result = build(BuildOptions(recipe=write_recipe(LINEAR), target="host", tar=True))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = edgekit("validate", str(result.tar), "--local", env={"TMPDIR": str(scratch)})
+    assert proc.returncode == 0, proc.stderr
+    assert list(scratch.iterdir()) == []
+
+
 def test_a_second_build_is_a_cache_hit_and_no_cache_rebuilds(write_recipe):
     recipe = write_recipe(LINEAR)
     first = build(BuildOptions(recipe=recipe, target="host"))
@@ -72,7 +81,8 @@ def test_an_rpi4_build_is_an_aarch64_module_the_host_cannot_run(write_recipe):
                           capture_output=True, text=True, check=True).stdout
     assert "embedded-elf-arm_64" in dump and 'cpu = "cortex-a72"' in dump
     assert result.bundle.manifest.arch == "aarch64"
-    assert load_bundle(result.tar).manifest.files == result.bundle.manifest.files
+    with load_bundle(result.tar) as archived:
+        assert archived.manifest.files == result.bundle.manifest.files
     with pytest.raises(CannotRunHere, match="aarch64"):
         validate_local(result.bundle.path)
 

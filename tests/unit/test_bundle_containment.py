@@ -5,6 +5,7 @@ is read from or written outside the bundle."""
 import json
 import os
 import tarfile
+import tempfile
 
 import numpy as np
 import pytest
@@ -97,11 +98,41 @@ def test_a_symlinked_golden_folder_or_manifest_is_refused(tmp_path):
         load_bundle(other)
 
 
-def test_a_bundle_archive_written_by_edgekit_loads(tmp_path):
+@pytest.fixture
+def scratch_root(tmp_path, monkeypatch):
+    """Where tempfile creates directories during the test: a folder of its own, to count."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def test_a_bundle_archive_written_by_edgekit_loads_and_its_extraction_goes_with_it(
+        tmp_path, scratch_root):
+    archive = write_tar(tiny_bundle(tmp_path / "b"), tmp_path / "b.tar")
+    with load_bundle(archive) as bundle:
+        bundle.verify()
+        assert bundle.manifest.app == "tiny"
+        assert bundle.path.is_relative_to(scratch_root) and bundle.module.is_file()
+    assert list(scratch_root.iterdir()) == []
+    opened = load_bundle(archive)
+    opened.release()
+    assert list(scratch_root.iterdir()) == []
+
+
+def test_a_bundle_directory_is_not_removed_when_released(tmp_path):
+    with load_bundle(tiny_bundle(tmp_path / "b")) as bundle:
+        pass
+    bundle.release()
+    assert bundle.module.is_file()
+
+
+def test_an_archive_refused_after_extraction_leaves_nothing_behind(tmp_path, scratch_root):
     directory = tiny_bundle(tmp_path / "b")
-    bundle = load_bundle(write_tar(directory, tmp_path / "b.tar"))
-    bundle.verify()
-    assert bundle.manifest.app == "tiny"
+    (directory / MANIFEST).write_text("{not json")
+    with pytest.raises(BundleError, match="malformed"):
+        load_bundle(write_tar(directory, tmp_path / "b.tar"))
+    assert list(scratch_root.iterdir()) == []
 
 
 def archive_with(tmp_path, extra: tarfile.TarInfo, data: bytes = b""):
