@@ -221,9 +221,8 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
         base_bundle = build_one(base, "base") if to_measure else None
         if base_bundle is None:
             return chosen, results
-        measured = tuner.measure(options, target, [(base, base_bundle),
-                                                   *[(v, b) for v, b, _ in to_measure]],
-                                 threads, say)
+        candidates_built = [(base, base_bundle), *[(v, b) for v, b, _ in to_measure]]
+        measured = tuner.measure(options, target, candidates_built, threads, say)
     notes = {v.name: note for v, _, note in to_measure}
     again = next((r for r in measured if r.variant == base.name), None)
 
@@ -236,4 +235,5 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
         against_base(r), notes.get(r.variant), r.reason)))})
         for r in measured if r.variant != base.name]
     results += tried
-    return tuner.kept_refinement(chosen, again, tried, say), results
+    second_look = tuner.measuring_again(options, target, candidates_built, threads, say)
+    return tuner.kept_refinement(chosen, again, tried, say, second_look), results

@@ -202,24 +202,70 @@ def choose(valid: list[CandidateResult], default_variant: str, budget: int | Non
     return (min(winners, key=lambda r: r.p50_ms) if winners else reference), reference
 
 
+SecondLook = Callable[[list[str]], list[CandidateResult]]
+
+
 def kept_refinement(chosen: CandidateResult, base: CandidateResult | None,
-                    tried: list[CandidateResult], say: Progress | None = None
-                    ) -> CandidateResult:
+                    tried: list[CandidateResult], say: Progress | None = None,
+                    second_look: SecondLook | None = None) -> CandidateResult:
     """What a search step (`--conv-choice`, `--dispatches`) leaves chosen: its fastest valid
     candidate when clearly faster than `base` (the chosen variant re-measured in the same
     rounds), else `chosen` as it was. `say` tells which, with both figures (the base's
-    re-measurement is not a row of the record: it can differ from the first stage's)."""
+    re-measurement is not a row of the record: it can differ from the first stage's).
+
+    A candidate that wins but not clearly (`near_miss`) gets a second look when the step can
+    measure again: `second_look([base, candidate names])` measures both in new interleaved rounds,
+    and the decision is taken on all their rounds together (ResNet18-like's combined dispatch
+    tiles read +2.0 %, +4.5 % and +8.7 % in three tunes: a gain near the 3 % bar is kept or not
+    by one run's luck; more rounds narrow the noise, the bar stays)."""
     valid = [r for r in tried if r.status == "ok"]
     if base is None or base.status != "ok" or not valid:
         return chosen
-    best = min(valid, key=lambda r: r.p50_ms)
+    fastest = best = min(valid, key=lambda r: r.p50_ms)
     kept = clearly_faster(best, base)
+    if not kept and second_look is not None and near_miss(best, base):
+        if say is not None:
+            _say_verdict(say, "a second look for", best, base)
+        remeasured = {r.variant: r for r in second_look([base.variant, best.variant])}
+        base, best = (pooled(r, remeasured.get(r.variant)) for r in (base, best))
+        kept = base.status == best.status == "ok" and clearly_faster(best, base)
     if say is not None:
-        gain = paired_gain(best, base)
-        say(f"{'kept' if kept else 'not kept'}: {best.variant} p50 {best.p50_ms:.4g} ms against "
-            f"{base.p50_ms:.4g} ms for {base.variant} in the same rounds"
-            + (f" ({gain[0]:+.1f}% ± {gain[1]:.1f}%)" if gain else ""))
-    return best if kept else chosen
+        _say_verdict(say, "kept" if kept else "not kept", best, base)
+    return fastest if kept else chosen      # its row as the record lists it
+
+
+def _say_verdict(say: Progress, verdict: str, best: CandidateResult,
+                 base: CandidateResult) -> None:
+    if best.p50_ms is None or base.p50_ms is None:
+        say(f"{verdict}: {best.variant}: {best.reason or base.reason}")
+        return
+    gain = paired_gain(best, base)
+    say(f"{verdict}: {best.variant} p50 {best.p50_ms:.4g} ms against {base.p50_ms:.4g} ms for "
+        f"{base.variant} in the same {len(base.round_p50_ms)} rounds"
+        + (f" ({gain[0]:+.1f}% ± {gain[1]:.1f}%)" if gain else ""))
+
+
+def near_miss(a: CandidateResult, b: CandidateResult) -> bool:
+    """`a` looks faster than `b` (by more than 1 %, in at least half the paired rounds) but not
+    clearly (`clearly_faster`): worth more rounds before deciding."""
+    gain = paired_gain(a, b)
+    if gain is None or clearly_faster(a, b):
+        return False
+    wins = int((np.asarray(a.round_p50_ms) < np.asarray(b.round_p50_ms)).sum())
+    return gain[0] > 1.0 and 2 * wins >= len(a.round_p50_ms)
+
+
+def pooled(first: CandidateResult, second: CandidateResult | None) -> CandidateResult:
+    """`first` with the rounds of its re-measurement `second` added (p50 over all of them);
+    `second` itself when that measurement failed, None as a failed one."""
+    if second is None:
+        return first.model_copy(update={"status": "bench-failed",
+                                        "reason": "missing from the second look"})
+    if second.status != "ok":
+        return second
+    rounds = (*first.round_p50_ms, *second.round_p50_ms)
+    return first.model_copy(update={"round_p50_ms": rounds,
+                                    "p50_ms": round(float(np.median(rounds)), 5)})
 
 
 def paired_gain(a: CandidateResult, b: CandidateResult) -> tuple[float, float] | None:
@@ -422,6 +468,13 @@ def _tune_on_device(options: TuneOptions, target: Target, built: list[tuple[Vari
         for t, rounds in per_thread.items():
             results.append(_scored(variant, t, rounds, bundle.module.stat().st_size))
     return results
+
+
+def measuring_again(options: TuneOptions, target: Target, built: list[tuple[Variant, Bundle]],
+                    threads: tuple[int, ...], say: Progress) -> SecondLook:
+    """kept_refinement's second look: the named candidates of `built`, measured again."""
+    return lambda names: measure(options, target, [(v, b) for v, b in built if v.name in names],
+                                 threads, say)
 
 
 def measure(options: TuneOptions, target: Target, built: list[tuple[Variant, Bundle]],

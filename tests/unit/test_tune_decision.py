@@ -147,3 +147,49 @@ def test_the_tune_table_names_the_runtime_and_the_reference_a_fewer_threads_choi
     assert "(measured on host, in-process)" in text
     assert "chosen: tosa/default at 1 thread(s)" in text
     assert "faster than the untuned tosa/default at 2 thread(s)" in text
+
+
+# --- a search step's refinement: kept only when clearly faster, after a second look if close ---
+
+def test_a_near_miss_gets_a_second_look_and_is_kept_on_all_the_rounds():
+    from edgekit.tune.tuner import kept_refinement
+    chosen = result((10.0,) * 5, "chosen")
+    base = result((10.0, 10.1, 9.9, 10.0, 10.2), "chosen")
+    # 2.5 % faster in this step's rounds: below the 3 % bar
+    tiles = result((9.75, 9.85, 9.65, 9.75, 9.95), "chosen+tiles")
+    asked = []
+
+    def second_look(names):
+        asked.append(names)
+        return [result((10.0, 10.0, 10.1, 9.9, 10.0, 10.0, 10.1), "chosen"),
+                result((9.4, 9.4, 9.5, 9.3, 9.4, 9.4, 9.5), "chosen+tiles")]
+    said = []
+    assert kept_refinement(chosen, base, [tiles], said.append, second_look) is tiles
+    assert asked == [["tosa/chosen", "tosa/chosen+tiles"]]
+    assert said[0].startswith("a second look for") and said[-1].startswith("kept")
+    assert "12 rounds" in said[-1]
+
+
+def test_a_second_look_that_confirms_the_tie_keeps_the_chosen_variant():
+    from edgekit.tune.tuner import kept_refinement
+    chosen = result((10.0,) * 5, "chosen")
+    base = result((10.0, 10.1, 9.9, 10.0, 10.2), "chosen")
+    tiles = result((9.75, 9.85, 9.65, 9.75, 9.95), "chosen+tiles")
+    tie = [result((10.0, 10.1, 9.9, 10.0, 10.0), "chosen"),
+           result((10.0, 10.0, 10.0, 10.1, 9.9), "chosen+tiles")]
+    assert kept_refinement(chosen, base, [tiles], None, lambda names: tie) is chosen
+    failed = tiles.model_copy(update={"status": "bench-failed", "p50_ms": None,
+                                      "round_p50_ms": (), "reason": "it crashed"})
+    said = []
+    assert kept_refinement(chosen, base, [tiles], said.append,
+                           lambda names: [tie[0], failed]) is chosen
+    assert said[-1] == "not kept: tosa/chosen+tiles: it crashed"
+
+
+def test_only_a_close_win_is_looked_at_twice():
+    from edgekit.tune.tuner import near_miss
+    base = result((10.0, 10.1, 9.9, 10.0, 10.2), "base")
+    assert near_miss(result((9.75, 9.85, 9.65, 9.75, 9.95), "close"), base)     # +2.5 %
+    assert not near_miss(result((9.0, 9.1, 8.9, 9.0, 9.2), "clear"), base)      # kept at once
+    assert not near_miss(result((9.95, 10.05, 9.85, 9.95, 10.15), "tie"), base)  # +0.5 %
+    assert not near_miss(result((9.0, 11.0, 11.0, 11.0, 9.0), "worse"), base)   # loses 3 of 5
