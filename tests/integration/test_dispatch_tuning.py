@@ -163,3 +163,19 @@ def test_a_bundle_carries_its_dispatch_set_and_rebuilds_restore_it(write_recipe,
     recovered = recover(bundle, tmp_path)
     assert f"--edgekit-dispatch-configs={digest}" in recovered.recipe.read_text()
     assert dispatch_sets.read_set(home_set) == bundle.dispatch_config_set()
+
+
+def test_a_second_look_measures_again_only_the_candidates_it_names(write_recipe, tmp_path):
+    from edgekit.config.profiles import load_target
+    from edgekit.tune.tuner import measuring_again
+    recipe = write_recipe(MATMUL.format(name="second-look"))
+    variants = [BASE, Variant("linalg", "data-tiling", ("--iree-opt-data-tiling",))]
+    built = [(v, build(BuildOptions(recipe=recipe, target="host", variant=v, use_tuned=False,
+                                    out=tmp_path / v.flag_set)).bundle) for v in variants]
+    said = []
+    again = measuring_again(TuneOptions(recipe=recipe, target="host", rounds=3, repetitions=9),
+                            load_target("host"), built, (1,), said.append)
+    [result] = again(["linalg/data-tiling"])
+    assert result.variant == "linalg/data-tiling" and result.status == "ok", result
+    assert len(result.round_p50_ms) == 3 and result.threads == 1
+    assert not any("linalg/default" in line for line in said), said
