@@ -313,14 +313,15 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
             return chosen, results
         candidates_built = [(base, base_bundle), *[(v, b) for v, b, _ in to_measure]]
         measured = tuner.measure(options, target, candidates_built, threads, say)
-    why = {v.name: note for v, _, note in to_measure}
-    again = next((r for r in measured if r.variant == base.name), None)
-    tried = [r.model_copy(update={"reason": "; ".join(filter(None, (why.get(r.variant),
-                                                                     r.reason)))})
-             for r in measured if r.variant != base.name]
-    results += tried
-    second_look = tuner.measuring_again(options, target, candidates_built, threads, say)
-    return tuner.kept_refinement(chosen, again, tried, say, second_look), results
+        why = {v.name: note for v, _, note in to_measure}
+        again = next((r for r in measured if r.variant == base.name), None)
+        tried = [r.model_copy(update={"reason": "; ".join(filter(None, (why.get(r.variant),
+                                                                         r.reason)))})
+                 for r in measured if r.variant != base.name]
+        results += tried
+        # decided here, while the builds exist: a near miss is measured again on them
+        second_look = tuner.measuring_again(options, target, candidates_built, threads, say)
+        return tuner.kept_refinement(chosen, again, tried, say, second_look), results
 
 
 def carriable(executable: str) -> bool:

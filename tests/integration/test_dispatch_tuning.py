@@ -179,3 +179,27 @@ def test_a_second_look_measures_again_only_the_candidates_it_names(write_recipe,
     assert result.variant == "linalg/data-tiling" and result.status == "ok", result
     assert len(result.round_p50_ms) == 3 and result.threads == 1
     assert not any("linalg/default" in line for line in said), said
+
+
+def test_a_near_miss_of_the_search_is_measured_again_while_its_builds_exist(write_recipe,
+                                                                           monkeypatch):
+    """The second look runs inside the step, on the same builds: forced here (every candidate
+    a near miss, none clearly faster), it must come back with times, not a failed run."""
+    from edgekit.config.profiles import load_target
+    from edgekit.tune import tuner
+    from edgekit.tune.dispatch_search import search_dispatches
+    recipe = write_recipe('name: second-look-search\nmodel:\n  python: '
+                          '"@TINY@:few_rows_wide_weights"\n')
+    monkeypatch.setattr(tuner, "near_miss", lambda a, b: True)
+    monkeypatch.setattr(tuner, "clearly_faster", lambda a, b, min_gain=0.03: False)
+    chosen = tuner.CandidateResult(lowering="linalg", flag_set="data-tiling",
+                                   flags=("--iree-opt-data-tiling",), threads=1, status="ok",
+                                   p50_ms=1.0, round_p50_ms=(1.0, 1.0, 1.0))
+    options = TuneOptions(recipe=recipe, target="host", rounds=3, repetitions=9, dispatches=1,
+                          per_dispatch=1)
+    said = []
+    kept, _ = search_dispatches(options, load_target("host"), chosen, said.append)
+    verdicts = [s for s in said if s.startswith(("a second look", "kept", "not kept"))]
+    assert verdicts[0].startswith("a second look for"), said
+    assert verdicts[-1].startswith("not kept") and "in the same 6 rounds" in verdicts[-1], said
+    assert kept is chosen
