@@ -48,3 +48,29 @@ def test_pointwise_convolutions_as_matmuls_compile_into_contractions_and_validat
     assert any("matmul_like_14x14x64x16" in k for k in kinds), sorted(kinds)
     assert not any("memcpy" in k for k in kinds), sorted(kinds)
     assert validate_local(bundle.path).ok    # against the model as written
+
+
+def test_the_per_convolution_step_gives_a_near_miss_its_second_look_on_its_builds(
+        write_recipe, monkeypatch):
+    """`--conv-choice` measured whole: every shape forced to im2col (so the mix is built and
+    measured against the chosen variant), every result a near miss, none clearly faster."""
+    import dataclasses
+    from edgekit.config.profiles import load_target
+    from edgekit.tune import conv_choice, tuner
+    recipe = write_recipe('name: pyramid-second-look\nmodel:\n  python: "@TINY@:conv_pyramid"\n')
+    real_pick = conv_choice.pick
+    monkeypatch.setattr(conv_choice, "pick", lambda *a: [
+        dataclasses.replace(c, im2col=True) for c in real_pick(*a)])
+    monkeypatch.setattr(tuner, "near_miss", lambda a, b: True)
+    monkeypatch.setattr(tuner, "clearly_faster", lambda a, b, min_gain=0.03: False)
+    chosen = tuner.CandidateResult(lowering="tosa", flag_set="default", flags=(), threads=1,
+                                   status="ok", p50_ms=1.0, round_p50_ms=(1.0, 1.0, 1.0))
+    options = tuner.TuneOptions(recipe=recipe, target="host", rounds=3, repetitions=9,
+                                conv_choice=True)
+    said = []
+    kept, tried = conv_choice.choose_convs(options, load_target("host"), chosen, said.append)
+    assert [r.flag_set for r in tried] == ["default+im2col-convs=all"], tried
+    verdicts = [s for s in said if s.startswith(("a second look", "kept", "not kept"))]
+    assert verdicts[0].startswith("a second look for"), said
+    assert verdicts[-1].startswith("not kept") and "in the same 6 rounds" in verdicts[-1], said
+    assert kept is chosen
