@@ -8,7 +8,8 @@ from edgekit.errors import ConfigError
 from edgekit.models.bundle import TuningNote
 from edgekit.tune.measure import measuring_runtime
 from edgekit.config.recipe import load_recipe
-from edgekit.tune.tuner import CandidateResult, choose, runtime_choice
+from edgekit.tune.tuner import (CandidateResult, choose, kept_refinement, near_miss,
+                                runtime_choice)
 
 
 def result(rounds, flag_set="x", threads=1, lowering="tosa"):
@@ -152,7 +153,6 @@ def test_the_tune_table_names_the_runtime_and_the_reference_a_fewer_threads_choi
 # --- a search step's refinement: kept only when clearly faster, after a second look if close ---
 
 def test_a_near_miss_gets_a_second_look_and_is_kept_on_all_the_rounds():
-    from edgekit.tune.tuner import kept_refinement
     chosen = result((10.0,) * 5, "chosen")
     base = result((10.0, 10.1, 9.9, 10.0, 10.2), "chosen")
     # 2.5 % faster in this step's rounds: below the 3 % bar
@@ -171,7 +171,6 @@ def test_a_near_miss_gets_a_second_look_and_is_kept_on_all_the_rounds():
 
 
 def test_a_second_look_that_confirms_the_tie_keeps_the_chosen_variant():
-    from edgekit.tune.tuner import kept_refinement
     chosen = result((10.0,) * 5, "chosen")
     base = result((10.0, 10.1, 9.9, 10.0, 10.2), "chosen")
     tiles = result((9.75, 9.85, 9.65, 9.75, 9.95), "chosen+tiles")
@@ -187,7 +186,6 @@ def test_a_second_look_that_confirms_the_tie_keeps_the_chosen_variant():
 
 
 def test_only_a_close_win_is_looked_at_twice():
-    from edgekit.tune.tuner import near_miss
     base = result((10.0, 10.1, 9.9, 10.0, 10.2), "base")
     assert near_miss(result((9.75, 9.85, 9.65, 9.75, 9.95), "close"), base)     # +2.5 %
     assert not near_miss(result((9.0, 9.1, 8.9, 9.0, 9.2), "clear"), base)      # kept at once
