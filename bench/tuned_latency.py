@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--dispatches", type=int, default=0,
                         help="also let the tuner search tile sizes of this many hot dispatches "
                              "(`edgekit tune --dispatches`)")
-    parser.add_argument("--per-dispatch", type=int, default=3)
+    parser.add_argument("--per-dispatch", type=int, default=4)
     parser.add_argument("--conv-choice", action="store_true",
                         help="also let the tuner choose direct or im2col per convolution "
                              "(`edgekit tune --conv-choice`)")
