@@ -65,9 +65,8 @@ def candidate_levels(levels: Levels, limit: int = 6, vector_moves: bool = True
     kinds interleaved so that a small `limit` still tries each: every parallel distribution
     tile ×½; the register tile ×2 on its widest loop; the register tile spread over two loops
     (8 lanes on another distributed loop, 4 on the widest); the register tile ×2 on its
-    second vectorized loop; every distribution
-    tile ×2; the register tile moved to another loop
-    (16 or 8 lanes there, 1 elsewhere); the outermost reduction's vector tile ×½ and ×2; the
+    second vectorized loop; every distribution tile ×2; the register tile moved to another
+    loop (16 or 8 lanes there, 1 elsewhere); the outermost reduction's vector tile ×½ and ×2; the
     register tile's widest loop halved; each distribution tile alone ×½ / ×2. Distribution
     tiles stay multiples of the register tile. `vector_moves=False` keeps the register tile
     (mmt4d: it is the data-tiling layout's inner tile)."""
