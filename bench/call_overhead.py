@@ -26,9 +26,11 @@ Everything runs single-threaded (IREE `local-sync`, ORT intra/inter-op 1, torch 
 from __future__ import annotations
 
 import argparse
+import atexit
 import io
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -67,7 +69,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    os.environ.setdefault("EDGEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="edgekit-bench-cache-"))
+    if "EDGEKIT_CACHE_DIR" not in os.environ:
+        # a cache of its own, gone at exit (it was left in /tmp, one per run)
+        scratch = tempfile.mkdtemp(prefix="edgekit-bench-cache-")
+        atexit.register(shutil.rmtree, scratch, True)
+        os.environ["EDGEKIT_CACHE_DIR"] = scratch
 
     model = Add().eval()
     x, y = torch.rand(1, 16), torch.rand(1, 16)
