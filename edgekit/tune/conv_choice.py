@@ -167,7 +167,6 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
     direct = Variant(chosen.lowering, f"{chosen.flag_set}+all-direct", plain)
     im2col = Variant(chosen.lowering, f"{chosen.flag_set}+all-im2col",
                      (*plain, f"{PREFIX}im2col-convs=all"))
-    threads = (chosen.threads,)
     results: list = []
     with tempfile.TemporaryDirectory(prefix="edgekit-tune-convs-") as tmp:
         work = Path(tmp)
@@ -221,20 +220,7 @@ def choose_convs(options, target, chosen, say) -> tuple[object, list]:
         base_bundle = build_one(base, "base") if to_measure else None
         if base_bundle is None:
             return chosen, results
-        candidates_built = [(base, base_bundle), *[(v, b) for v, b, _ in to_measure]]
-        measured = tuner.measure(options, target, candidates_built, threads, say)
-        notes = {v.name: note for v, _, note in to_measure}
-        again = next((r for r in measured if r.variant == base.name), None)
-
-        def against_base(r) -> str:
-            # its rounds are paired with the chosen variant's in this step, not the first's
-            paired = tuner.paired_gain(r, again) if again is not None else None
-            return "" if paired is None else (f"vs {base.name} in the same rounds: "
-                                              f"{paired[0]:+.1f}% ± {paired[1]:.1f}%")
-        tried = [r.model_copy(update={"reason": "; ".join(filter(None, (
-            against_base(r), notes.get(r.variant), r.reason)))})
-            for r in measured if r.variant != base.name]
-        results += tried
         # decided here, while the builds exist: a near miss is measured again on them
-        second_look = tuner.measuring_again(options, target, candidates_built, threads, say)
-        return tuner.kept_refinement(chosen, again, tried, say, second_look), results
+        kept, tried = tuner.refined(options, target, chosen, (base, base_bundle), to_measure,
+                                    say, paired_note=True)
+        return kept, results + tried

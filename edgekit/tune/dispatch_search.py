@@ -191,7 +191,6 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
     tuner's choice (a CandidateResult); it stays unless a candidate clearly beats it."""
     from edgekit.tune import tuner
     base = Variant(chosen.lowering, chosen.flag_set, chosen.flags)
-    threads = (chosen.threads,)
     results: list = []
     with tempfile.TemporaryDirectory(prefix="edgekit-tune-dispatches-") as tmp:
         work = Path(tmp)
@@ -311,17 +310,10 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
             to_measure.append(rule_built)
         if not to_measure:
             return chosen, results
-        candidates_built = [(base, base_bundle), *[(v, b) for v, b, _ in to_measure]]
-        measured = tuner.measure(options, target, candidates_built, threads, say)
-        why = {v.name: note for v, _, note in to_measure}
-        again = next((r for r in measured if r.variant == base.name), None)
-        tried = [r.model_copy(update={"reason": "; ".join(filter(None, (why.get(r.variant),
-                                                                         r.reason)))})
-                 for r in measured if r.variant != base.name]
-        results += tried
         # decided here, while the builds exist: a near miss is measured again on them
-        second_look = tuner.measuring_again(options, target, candidates_built, threads, say)
-        return tuner.kept_refinement(chosen, again, tried, say, second_look), results
+        kept, tried = tuner.refined(options, target, chosen, (base, base_bundle), to_measure,
+                                    say)
+        return kept, results + tried
 
 
 def carriable(executable: str) -> bool:

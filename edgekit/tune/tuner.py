@@ -477,6 +477,32 @@ def measuring_again(options: TuneOptions, target: Target, built: list[tuple[Vari
                                  threads, say)
 
 
+def refined(options: TuneOptions, target: Target, chosen: CandidateResult,
+            base: tuple[Variant, Bundle], to_measure: list[tuple[Variant, Bundle, str]],
+            say: Progress, paired_note: bool = False
+            ) -> tuple[CandidateResult, list[CandidateResult]]:
+    """A search step's last move: its builds measured against the chosen variant's (`base`,
+    re-measured in the same rounds), each row's reason its note (`paired_note`: led by its gain
+    paired with the base's rounds), and kept_refinement's decision — with its second look on
+    these same builds, so the caller calls it while they exist. (what stays chosen, the rows)"""
+    built = [base, *[(v, b) for v, b, _ in to_measure]]
+    threads = (chosen.threads,)
+    measured = measure(options, target, built, threads, say)
+    notes = {v.name: note for v, _, note in to_measure}
+    again = next((r for r in measured if r.variant == base[0].name), None)
+
+    def against_base(r: CandidateResult) -> str:
+        # its rounds are paired with the chosen variant's in this step, not the first's
+        paired = paired_gain(r, again) if paired_note and again is not None else None
+        return "" if paired is None else (f"vs {base[0].name} in the same rounds: "
+                                          f"{paired[0]:+.1f}% ± {paired[1]:.1f}%")
+    tried = [r.model_copy(update={"reason": "; ".join(filter(None, (
+        against_base(r), notes.get(r.variant), r.reason)))})
+        for r in measured if r.variant != base[0].name]
+    second_look = measuring_again(options, target, built, threads, say)
+    return kept_refinement(chosen, again, tried, say, second_look), tried
+
+
 def measure(options: TuneOptions, target: Target, built: list[tuple[Variant, Bundle]],
             threads: tuple[int, ...], say: Progress) -> list[CandidateResult]:
     """Validate and benchmark built candidates where the target runs (tune/dispatch_search)."""
