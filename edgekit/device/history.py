@@ -3,8 +3,10 @@
 A change is called a regression (or improvement) only when the p50 moved by more than what the
 two runs' measured spread can resolve. The spread that matters is between benchmark processes
 (on a shared or thermally managed machine it is several times the spread of calls within one
-process), so it is measured from the per-round medians: noise = 3.5 standard errors of the
-difference (Welch), relative to the base p50, and at least 3%.
+process), so it is measured from the per-round medians. Latency noise scales with the latency
+(a build five times slower wobbles five times as many milliseconds), so the test is on the
+ratio of the p50s: noise = 3.5 standard errors of the log-ratio (each run's spread relative to
+its own p50, Welch), and at least 3%.
 """
 
 from __future__ import annotations
@@ -73,28 +75,31 @@ def previous_release_result(new: BenchResult, history: list[BenchResult]) -> Ben
     return older[-1] if older else None
 
 
-def _round_variance(latency) -> tuple[float, int]:
-    """Variance of the per-round medians and their count (per-call spread if one round)."""
+def _relative_round_variance(latency) -> tuple[float, int]:
+    """Squared coefficient of variation of the per-round medians and their count (of the calls
+    if one round): the variance of a run's log-latency, by the delta method."""
     rounds = latency.round_p50_ms
     if len(rounds) >= 2:
         mean = sum(rounds) / len(rounds)
-        return sum((r - mean) ** 2 for r in rounds) / (len(rounds) - 1), len(rounds)
-    return latency.stddev_ms ** 2, max(len(latency.samples_ms), 1)
+        variance = sum((r - mean) ** 2 for r in rounds) / (len(rounds) - 1)
+        return (variance / mean ** 2 if mean else 0.0), len(rounds)
+    p50 = latency.p50_ms
+    return ((latency.stddev_ms / p50) ** 2 if p50 else 0.0), max(len(latency.samples_ms), 1)
 
 
 def compare(base: BenchResult, new: BenchResult) -> Comparison:
     a, b = base.latency, new.latency
-    (va, na), (vb, nb) = _round_variance(a), _round_variance(b)
-    se = math.sqrt(va / na + vb / nb)
-    noise = max(MIN_NOISE_PCT, 100 * SE_MULTIPLIER * se / a.p50_ms) if a.p50_ms \
-        else MIN_NOISE_PCT
+    (va, na), (vb, nb) = _relative_round_variance(a), _relative_round_variance(b)
+    band = max(math.log1p(MIN_NOISE_PCT / 100), SE_MULTIPLIER * math.sqrt(va / na + vb / nb))
+    noise = 100 * math.expm1(band)
+    ratio = b.p50_ms / a.p50_ms if a.p50_ms > 0 and b.p50_ms > 0 else 1.0
     delta = 100 * (b.p50_ms - a.p50_ms) / a.p50_ms if a.p50_ms else 0.0
     return Comparison(device=new.device, app=new.app,
                       base_device=base.device if base.device != new.device else "", config=dict(new.config), base=base.id,
                       new=new.id, base_release=base.release, new_release=new.release,
                       base_p50_ms=a.p50_ms, new_p50_ms=b.p50_ms, delta_pct=round(delta, 2),
-                      noise_pct=round(noise, 2), regression=delta > noise,
-                      improvement=delta < -noise)
+                      noise_pct=round(noise, 2), regression=math.log(ratio) > band,
+                      improvement=math.log(ratio) < -band)
 
 
 def differences(base: BenchResult, new: BenchResult) -> list[str]:

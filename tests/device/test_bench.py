@@ -90,7 +90,8 @@ def test_same_release_is_within_noise_and_a_generic_cpu_build_is_a_regression(
     slower = edgekit("bench", x86_device.name, "--app", "mm", "--repetitions", "30", "--json")
     assert slower.returncode == 0, slower.stderr
     comparison = json.loads(slower.stdout)["comparisons"][0]
-    assert comparison["regression"] and comparison["delta_pct"] > comparison["noise_pct"]
+    assert comparison["regression"] and comparison["delta_pct"] > comparison["noise_pct"], \
+        comparison
     verdict = edgekit("bench", "compare", "--json")  # newest vs previous release, exit 9
     assert verdict.returncode == 9
     assert any(c["regression"] and c["new_release"] == comparison["new_release"]

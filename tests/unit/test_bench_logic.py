@@ -83,6 +83,20 @@ def test_noise_comes_from_the_spread_between_benchmark_processes():
                                   rounds=[30.0] * 5)).regression
 
 
+
+def test_a_build_five_times_slower_is_a_regression_though_its_rounds_wobble_in_proportion():
+    # a generic-CPU build on a lab device (CI): the slower run's rounds spread as much in
+    # relative terms as the base's, so in milliseconds five times as much; noise measured in
+    # the base's milliseconds put this +444% inside a 576% band (CI once failed so)
+    base = result([0.9] * 40, id="a", rounds=[0.87, 0.99, 0.89, 0.93, 0.88, 0.91, 0.95, 0.9])
+    slower = result([4.9] * 30, release="r2", id="b", rounds=[4.41, 4.78, 12.1, 4.49, 5.27])
+    verdict = compare(base, slower)
+    assert verdict.regression and verdict.delta_pct > verdict.noise_pct, verdict
+    assert compare(slower, base).improvement
+    # and the same spread around the same p50 is still noise
+    again = result([0.9] * 40, release="r2", id="c", rounds=[0.9, 1.3, 0.88, 0.92, 0.91])
+    assert not compare(base, again).regression
+
 def _manifest(driver: str, threads: int | None = None, profile_driver: str = "local-task"):
     from edgekit.models.bundle import Manifest
     return Manifest.model_construct(runtime_driver=driver, runtime_threads=threads,
