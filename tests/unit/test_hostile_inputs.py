@@ -197,6 +197,17 @@ def test_any_bundle_manifest_loads_or_is_a_one_line_bundle_error(tmp_path, text)
     assert_loads_or_one_line(load_bundle, bundle, BundleError)
 
 
+
+@pytest.mark.parametrize("key", ["\n", "a\nb", "\x1b[2J"])    # the first found by the test above
+def test_a_manifest_key_holding_a_newline_or_escape_is_named_on_one_line(tmp_path, key):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    write(bundle / MANIFEST, json.dumps({**MANIFEST_DOC, key: None}))
+    with pytest.raises(BundleError) as caught:
+        load_bundle(bundle)
+    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
+    assert key.encode("unicode_escape").decode("ascii") in str(caught.value)
+
 def test_the_valid_bases_load(tmp_path):
     (tmp_path / "factory.py").write_text("")
     load_recipe(write(tmp_path / "recipe.yaml", yaml.safe_dump(RECIPE)))
