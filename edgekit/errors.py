@@ -15,6 +15,9 @@ class EdgekitError(Exception):
     """Base class: a failure with a message a user can act on."""
 
     exit_code = 1
+    # errors about the user's own files: their text (a key, a name) is shown escaped, so a
+    # newline or a terminal escape in it cannot break the one-line message or the terminal
+    escapes_input = False
 
     def __init__(self, what: str, *, where: str | None = None, hint: str | None = None):
         super().__init__(what)
@@ -22,15 +25,28 @@ class EdgekitError(Exception):
         self.where = where
         self.hint = hint
 
+    def _shown(self, text: str) -> str:
+        return printable(text) if self.escapes_input else text
+
     def __str__(self) -> str:
-        head = f"{self.where}: {self.what}" if self.where else self.what
-        return f"{head}\n  hint: {self.hint}" if self.hint else head
+        what = self._shown(self.what)
+        head = f"{self._shown(self.where)}: {what}" if self.where else what
+        return f"{head}\n  hint: {self._shown(self.hint)}" if self.hint else head
+
+
+def printable(text: str) -> str:
+    """`text` with its non-printable characters escaped as Python writes them (`\\n`,
+    `\\x1b`); printable ones, accented letters included, unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class ConfigError(EdgekitError):
     """A recipe, target profile or option is wrong. `where` is file:line and `key` the key."""
 
     exit_code = 2
+    escapes_input = True
 
     def __init__(self, what: str, *, where: str | None = None, key: str | None = None,
                  hint: str | None = None):
@@ -38,9 +54,9 @@ class ConfigError(EdgekitError):
         self.key = key
 
     def __str__(self) -> str:
-        what = f"{self.key}: {self.what}" if self.key else self.what
-        head = f"{self.where}: {what}" if self.where else what
-        return f"{head}\n  hint: {self.hint}" if self.hint else head
+        what = self._shown(f"{self.key}: {self.what}" if self.key else self.what)
+        head = f"{self._shown(self.where)}: {what}" if self.where else what
+        return f"{head}\n  hint: {self._shown(self.hint)}" if self.hint else head
 
 
 class ModelLoadError(EdgekitError):
@@ -113,6 +129,7 @@ class BundleError(EdgekitError):
     """A bundle is missing, malformed, or its files do not match their recorded sha256."""
 
     exit_code = 6
+    escapes_input = True
 
 
 class BundleNotTrusted(BundleError):

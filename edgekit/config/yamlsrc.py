@@ -104,7 +104,7 @@ def _index(node: yaml.Node, loc: Loc, lines: dict[Loc, str], path: Path) -> None
     if node.tag not in _PLAIN_TAGS:
         raise ConfigError(f"YAML tag '{_show(node.tag)}' is not allowed (only plain data: "
                           "mappings, lists, strings, numbers, booleans, null)",
-                          where=f"{path}:{line}", key=key_text(loc))
+                          where=f"{path}:{line}", key=_key_text(loc))
     if len(lines) > MAX_NODES:
         raise ConfigError(f"the document expands to more than {MAX_NODES} values (YAML "
                           "aliases?)", where=f"{path}:{line}")
@@ -115,15 +115,15 @@ def _index(node: yaml.Node, loc: Loc, lines: dict[Loc, str], path: Path) -> None
             if not isinstance(key_node, yaml.ScalarNode):
                 raise ConfigError("a key must be a plain value, not a list or mapping",
                                   where=f"{path}:{key_node.start_mark.line + 1}",
-                                  key=key_text(loc))
+                                  key=_key_text(loc))
             if key_node.tag not in _PLAIN_TAGS:
                 raise ConfigError(f"YAML tag '{_show(key_node.tag)}' is not allowed",
                                   where=f"{path}:{key_node.start_mark.line + 1}",
-                                  key=key_text(loc))
+                                  key=_key_text(loc))
             key = key_node.value
             if key in seen:
                 raise ConfigError("duplicate key", where=f"{path}:{key_node.start_mark.line + 1}",
-                                  key=key_text(loc + (key,)))
+                                  key=_key_text(loc + (key,)))
             seen.add(key)
             lines[loc + (key,)] = f"{path}:{key_node.start_mark.line + 1}"
             _index(value_node, loc + (key,), lines, path)
@@ -132,7 +132,7 @@ def _index(node: yaml.Node, loc: Loc, lines: dict[Loc, str], path: Path) -> None
             _index(item, loc + (i,), lines, path)
 
 
-def key_text(loc: Loc) -> str | None:
+def _key_text(loc: Loc) -> str | None:
     """A key path for a message: dotted, control characters escaped (one line)."""
     text = ".".join(map(str, loc))
     return (text.encode("unicode_escape").decode("ascii") if not text.isprintable()
@@ -153,7 +153,7 @@ def validate(doc: YamlDoc, model: type[M], data: Any = None, context: dict | Non
 def _to_config_error(doc: YamlDoc, model: type[pydantic.BaseModel], err: dict,
                      more: int) -> ConfigError:
     loc: Loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
-    key = key_text(loc)
+    key = _key_text(loc)
     hint = None
     if err["type"] == "extra_forbidden":
         allowed = _fields_at(model, loc[:-1])

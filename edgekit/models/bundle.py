@@ -27,7 +27,6 @@ import pydantic
 
 from edgekit.config.recipe import Hooks, Validation
 from edgekit.config.schema_base import Frozen
-from edgekit.config.yamlsrc import key_text
 from edgekit.errors import BundleError
 
 MANIFEST = "manifest.json"
@@ -351,8 +350,8 @@ def _open(path: Path, scratch: Path | None) -> Bundle:
 
 def _first_error(exc: pydantic.ValidationError) -> str:
     error = exc.errors()[0]
-    where = key_text(error["loc"])   # a key may hold a newline: the message stays one line
-    message = " ".join(str(error["msg"]).removeprefix("Value error, ").split())
+    where = ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
 
 

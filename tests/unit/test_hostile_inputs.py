@@ -182,6 +182,16 @@ def test_an_ansible_inventory_section_that_is_no_mapping_is_a_one_line_error(tmp
         load_fleet(write(tmp_path / "fleet.yaml", text))
 
 
+
+def test_a_fleet_name_holding_a_newline_or_escape_is_shown_escaped_on_one_line(tmp_path):
+    # names come from the user's file into the message's text, its key and its hint
+    fleet = copy.deepcopy(FLEET)
+    fleet["groups"]["fl\noor"] = {"devices": ["d\x1b[2J9"]}
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(write(tmp_path / "fleet.yaml", yaml.safe_dump(fleet)))
+    assert "\\n" in str(caught.value) and "\\x1b" in str(caught.value)
+    assert_loads_or_one_line(load_fleet, tmp_path / "fleet.yaml", ConfigError)
+
 MANIFESTS = st.one_of(
     mutated(MANIFEST_DOC).map(json.dumps), VALUES.map(json.dumps),
     st.tuples(mutated(MANIFEST_DOC).map(json.dumps), st.integers(0, 10 ** 6)).map(
