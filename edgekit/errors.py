@@ -28,8 +28,11 @@ class EdgekitError(Exception):
     def _shown(self, text: str) -> str:
         return printable(text) if self.escapes_input else text
 
+    def _what(self) -> str:
+        return self.what
+
     def __str__(self) -> str:
-        what = self._shown(self.what)
+        what = self._shown(self._what())
         head = f"{self._shown(self.where)}: {what}" if self.where else what
         return f"{head}\n  hint: {self._shown(self.hint)}" if self.hint else head
 
@@ -53,10 +56,8 @@ class ConfigError(EdgekitError):
         super().__init__(what, where=where, hint=hint)
         self.key = key
 
-    def __str__(self) -> str:
-        what = self._shown(f"{self.key}: {self.what}" if self.key else self.what)
-        head = f"{self._shown(self.where)}: {what}" if self.where else what
-        return f"{head}\n  hint: {self._shown(self.hint)}" if self.hint else head
+    def _what(self) -> str:
+        return f"{self.key}: {self.what}" if self.key else self.what
 
 
 class ModelLoadError(EdgekitError):

@@ -133,10 +133,8 @@ def _index(node: yaml.Node, loc: Loc, lines: dict[Loc, str], path: Path) -> None
 
 
 def _key_text(loc: Loc) -> str | None:
-    """A key path for a message: dotted, control characters escaped (one line)."""
-    text = ".".join(map(str, loc))
-    return (text.encode("unicode_escape").decode("ascii") if not text.isprintable()
-            else text) or None
+    """A key path for a message, dotted (ConfigError escapes its control characters)."""
+    return ".".join(map(str, loc)) or None
 
 
 def validate(doc: YamlDoc, model: type[M], data: Any = None, context: dict | None = None) -> M:
