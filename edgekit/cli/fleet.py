@@ -58,6 +58,9 @@ def _renderers() -> dict[type, Callable]:
         ev.DeviceDone: _device_done,
         ev.Halted: lambda e: f"[red]halted[/]: {escape(e.reason)}",
         ev.DeviceRolledBack: lambda e: f"  {e.status} {escape(e.device)}",
+        ev.JournalRepaired: lambda e: f"[yellow]the journal's last line was torn (a crash "
+                                      f"while writing it): {e.bytes} bytes set aside in "
+                                      f"{escape(e.set_aside)}[/]",
     }
 
 
@@ -110,20 +113,24 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has the builds")
 @click.option("--cpu-fallback", is_flag=True,
               help="NPU targets: deploy their IREE CPU module on devices without the NPU")
+@click.option("--revalidate", is_flag=True,
+              help="devices already running the release: deploy and validate them again "
+                   "(default: their files are verified, one command each)")
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @WIDE
 @handle_errors
 def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurrency, max_fail,
                  max_p90_ratio, rollback_on_halt, keep: int, no_cache: bool,
-                 cpu_fallback: bool, html: Path | None, as_json: bool) -> None:
+                 cpu_fallback: bool, revalidate: bool, html: Path | None,
+                 as_json: bool) -> None:
     """Build once per target, then update the fleet in waves with health gates."""
     from edgekit.api.fleet import UpdateOptions, update
     overrides = _policy_overrides(canary, waves, concurrency, max_fail, max_p90_ratio,
                                   rollback_on_halt)
     result = update(UpdateOptions(fleet=fleet_file, recipe=recipe, limit=limit,
                                   policy=overrides, keep=keep, use_cache=not no_cache,
-                                  cpu_fallback=cpu_fallback),
+                                  cpu_fallback=cpu_fallback, revalidate=revalidate),
                     on_event=_progress)
     _finish(result, as_json, html)
 

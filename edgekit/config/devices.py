@@ -26,8 +26,23 @@ def registry_path() -> Path:
     return edgekit_home() / "devices.json"
 
 
+_registry_cache: dict[Path, tuple[tuple[int, int, int], dict[str, DeviceEntry]]] = {}
+
+
 def load_registry() -> dict[str, DeviceEntry]:
-    return load_model_map(registry_path(), DeviceEntry)
+    """The registered devices (a copy to change and save). Parsed again only when the file
+    changed: a fleet of 10,000 devices resolves each name against it, and every connection
+    does too."""
+    path = registry_path()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return {}
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _registry_cache.get(path)
+    if cached is None or cached[0] != stamp:
+        cached = _registry_cache[path] = (stamp, load_model_map(path, DeviceEntry))
+    return dict(cached[1])
 
 
 def save_registry(entries: dict[str, DeviceEntry]) -> None:

@@ -93,6 +93,10 @@ class RolloutPolicy(Frozen):
     gate_threads: int | None = pydantic.Field(
         default=None, ge=1, description="latency gate's thread count; unset: each release in "
                                          "its own tuned runtime configuration (untuned: 1)")
+    gate_shared_cpus: bool = pydantic.Field(
+        default=False, description="also gate devices whose CPUs are this machine's (`edgekit "
+        "lab` and local: devices): their timings include the controller's own load, so by "
+        "default their gate is skipped with a note")
     rollback_on_halt: Literal["none", "wave", "all"] = "none"
 
     @pydantic.field_validator("canary")

@@ -109,6 +109,34 @@ def current_release(conn: Transport, app: str) -> str | None:
     return link.rsplit("/", 1)[-1] if link else None
 
 
+@dataclass(frozen=True)
+class LiveCheck:
+    current: str | None      # the release `current` points at (None: no current release)
+    verified: bool           # it is the release asked about, and its files verify
+
+
+# One command: read `current`; if it is the release asked about, re-check its files (verify
+# shim, signature included). Exit 3: another release (or none) is current.
+_LIVE = ('cur=$(readlink "$1" 2>/dev/null) || cur=; printf "%s\\n" "$cur"; '
+         '[ "$cur" = "releases/$2" ] || exit 3; exec sh "$3/verify.sh" "$4"')
+
+
+def live_release(conn: Transport, app: str, release: str, shims: str) -> LiveCheck:
+    """Is `release` already live and intact on the device? One round trip, so an update of a
+    fleet that already runs a release costs each device one command, not a deploy."""
+    result = conn.run(["sh", "-c", _LIVE, "live", layout.current_link(app),
+                       safe_name(release, "release"), shims, layout.release_dir(app, release)],
+                      check=False, what="reading the current release")
+    link = result.stdout.decode(errors="replace").partition("\n")[0].strip()
+    current = link.rsplit("/", 1)[-1] if link else None
+    if current is not None:
+        try:
+            safe_name(current, "release")
+        except ConfigError:          # not a name edgekit writes: no release of ours
+            current = None
+    return LiveCheck(current=current, verified=result.returncode == 0 and current == release)
+
+
 def list_releases(conn: Transport, app: str) -> list[tuple[str, float]]:
     """(release, mtime) newest first."""
     entries = conn.listdir(f"{layout.app_dir(app)}/releases") or []

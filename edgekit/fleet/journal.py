@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ import pydantic
 from edgekit.config.paths import edgekit_home
 from edgekit.errors import ConfigError
 from edgekit.fleet.waves import to_count
-from edgekit.models.events import (DeviceDone, DeviceRolledBack, DeviceStarted, Finished,
-                                   Halted, Interrupted, RolloutEvent, RolloutResumed,
-                                   RolloutStarted, WaveDone, WaveStarted, parse_event)
+from edgekit.models.events import (DeviceDone, DeviceRolledBack, DeviceStarted, DeviceStep,
+                                   Finished, Halted, Interrupted, JournalRepaired,
+                                   RolloutEvent, RolloutResumed, RolloutStarted, WaveDone,
+                                   WaveStarted, parse_event)
 from edgekit.models.fleet import DeviceOutcome, FleetResult, RolloutPlan, WaveSummary
 
 PLAN = "plan.json"
@@ -35,24 +37,90 @@ def rollouts_dir() -> Path:
 
 
 class Journal:
-    """Appends events; safe to call from the rollout's worker threads."""
+    """Appends events and keeps the state they replay to; safe to call from the rollout's
+    worker threads. Open it with `with`.
+
+    Group commit: each event is written (in order) and then made durable by one fsync that
+    covers every line written before it, so devices finishing together share an fsync instead
+    of queueing for one each; `write` returns only once its own event is on disk (no
+    acknowledged event is ever lost). The state is updated as events are written, so the
+    rollout never re-reads its journal.
+
+    A last line torn by a crash mid-write is repaired on open: set aside in a file beside the
+    journal (`journal.torn-<time>.jsonl`), said once by a `JournalRepaired` event, and never
+    appended after (a line after a torn one made the whole journal unreadable)."""
 
     def __init__(self, directory: Path,
                  on_event: Callable[[RolloutEvent], None] | None = None):
         self.path = directory / JOURNAL
-        self._lock = threading.Lock()
         self._on_event = on_event
+        self._lock = threading.Lock()          # order of lines and state
+        self._sync_lock = threading.Lock()     # one fsync at a time
+        self._written = self._synced = 0
+        events, torn = _read_repairing(self.path)
+        self.state = replay(events)
+        self._file = self.path.open("a", encoding="utf-8")
+        if torn is not None:
+            self.write(JournalRepaired(set_aside=torn[0].name, bytes=torn[1]))
+
+    def __enter__(self) -> "Journal":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
 
     def write(self, event: RolloutEvent) -> RolloutEvent:
         line = event.model_dump_json() + "\n"
         with self._lock:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            self._file.write(line)
+            self._file.flush()                 # in the OS, in order; durable below
+            self._written += 1
+            mine = self._written
+            self.state.apply(event)
+        with self._sync_lock:
+            if self._synced < mine:
+                covered = self._written        # every line flushed so far
+                os.fsync(self._file.fileno())
+                self._synced = covered
         if self._on_event:
             self._on_event(event)
         return event
+
+
+def _read_repairing(path: Path) -> tuple[list[RolloutEvent], tuple[Path, int] | None]:
+    """The journal's events; a torn last line is moved to a file beside it and cut off."""
+    if not path.is_file():
+        return [], None
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    events = _parse_lines(path, data[:cut].decode("utf-8", errors="replace").splitlines(),
+                          torn_last_ok=False)
+    if not tail:
+        return events, None
+    aside = path.with_name(f"journal.torn-{time.time_ns()}.jsonl")
+    aside.write_bytes(tail)
+    with path.open("r+b") as f:
+        f.truncate(cut)
+        f.flush()
+        os.fsync(f.fileno())
+    return events, (aside, len(tail))
+
+
+def _parse_lines(path: Path, lines: list[str], torn_last_ok: bool) -> list[RolloutEvent]:
+    events = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            events.append(parse_event(line))
+        except pydantic.ValidationError as exc:
+            if torn_last_ok and number == len(lines):
+                break
+            raise ConfigError(f"not a rollout event: {exc.errors()[0]['msg']}",
+                              where=f"{path}:{number}", key="journal") from None
+    return events
 
 
 def save_plan(directory: Path, plan: RolloutPlan) -> None:
@@ -71,17 +139,8 @@ def read_events(directory: Path) -> list[RolloutEvent]:
     path = directory / JOURNAL
     if not path.is_file():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    events = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            events.append(parse_event(line))
-        except pydantic.ValidationError as exc:
-            if number == len(lines):
-                break
-            raise ConfigError(f"not a rollout event: {exc.errors()[0]['msg']}",
-                              where=f"{path}:{number}", key="journal") from None
-    return events
+    return _parse_lines(path, path.read_text(encoding="utf-8", errors="replace").splitlines(),
+                        torn_last_ok=True)
 
 
 @contextmanager
@@ -111,6 +170,51 @@ class JournalState:
     finished: Finished | None = None
     interrupted: bool = False
     seconds: float = 0.0
+    # devices whose `current` was switched (activation or hooks reached): a failed one may
+    # need its restore checked after a halt
+    switched: set[str] = field(default_factory=set)
+    _segment_start: float | None = None
+    _last_ts: float | None = None
+
+    def apply(self, e: RolloutEvent) -> None:
+        """Fold one more event into the state (the journal's order)."""
+        match e:
+            case RolloutStarted() | RolloutResumed():
+                self._close_segment(self._last_ts)
+                self._segment_start = e.ts
+                self.interrupted = False
+            case WaveStarted():
+                self.waves_started.setdefault(e.wave, e.ts)
+            case DeviceStarted():
+                self.started.setdefault(e.device, e)
+            case DeviceStep() if e.step in ("activate", "hooks"):
+                self.switched.add(e.device)
+            case DeviceDone():
+                self.done[e.device] = e
+            case WaveDone():
+                self.waves_done[e.wave] = e
+            case Halted():
+                self.halt = e
+            case DeviceRolledBack():
+                self.rollbacks[e.device] = e
+            case Interrupted():
+                self.interrupted = True
+            case Finished():
+                self.finished = e
+        self._last_ts = e.ts
+        if isinstance(e, Interrupted | Finished):
+            self._close_segment(e.ts)
+
+    def _close_segment(self, end: float | None) -> None:
+        if self._segment_start is not None and end is not None:
+            self.seconds += end - self._segment_start
+        self._segment_start = None
+
+    def running_seconds(self) -> float:
+        """Time spent driving the rollout, the segment in progress included."""
+        if self._segment_start is not None and self._last_ts is not None:
+            return self.seconds + self._last_ts - self._segment_start
+        return self.seconds
 
     def previous_of(self, device: str) -> tuple[bool, str | None]:
         """(known, release that was current before this rollout touched the device)."""
@@ -121,33 +225,8 @@ class JournalState:
 
 def replay(events: list[RolloutEvent]) -> JournalState:
     state = JournalState()
-    segment_start: float | None = None
     for e in events:
-        match e:
-            case RolloutStarted() | RolloutResumed():
-                segment_start = e.ts
-                state.interrupted = False
-            case WaveStarted():
-                state.waves_started.setdefault(e.wave, e.ts)
-            case DeviceStarted():
-                state.started.setdefault(e.device, e)
-            case DeviceDone():
-                state.done[e.device] = e
-            case WaveDone():
-                state.waves_done[e.wave] = e
-            case Halted():
-                state.halt = e
-            case DeviceRolledBack():
-                state.rollbacks[e.device] = e
-            case Interrupted():
-                state.interrupted = True
-            case Finished():
-                state.finished = e
-        if isinstance(e, Interrupted | Finished) and segment_start is not None:
-            state.seconds += e.ts - segment_start
-            segment_start = None
-    if segment_start is not None and events:
-        state.seconds += events[-1].ts - segment_start
+        state.apply(e)
     return state
 
 
@@ -173,12 +252,15 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
             fields.update(status=rollback.status, reason=rollback.reason)
         outcomes.append(DeviceOutcome(**base, **fields))
     outcomes.sort(key=lambda o: o.wave)  # stable: inventory order within a wave
+    by_wave: dict[int, list[DeviceOutcome]] = {}
+    for outcome in outcomes:
+        by_wave.setdefault(outcome.wave, []).append(outcome)
     waves = []
     for index, names in enumerate(plan.waves, start=1):
         done = state.waves_done.get(index)
         if done is None and index not in state.waves_started:
             continue
-        mine = [o for o in outcomes if o.wave == index]
+        mine = by_wave.get(index, [])
         waves.append(WaveSummary(
             index=index, devices=tuple(names),
             updated=sum(o.status in ("updated", "rolled-back", "rollback-failed")
@@ -199,7 +281,8 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
                        halt_reason=state.halt.reason if state.halt else "",
                        rolled_back=state.halt.rollback if state.halt else "none",
                        releases=plan.releases, waves=tuple(waves), devices=tuple(outcomes),
-                       seconds=round(state.seconds, 2), journal=str(directory / JOURNAL))
+                       seconds=round(state.running_seconds(), 2),
+                       journal=str(directory / JOURNAL))
 
 
 def _allowed(plan: RolloutPlan, wave_size: int) -> str:

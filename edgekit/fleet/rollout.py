@@ -7,6 +7,12 @@ fails any of these keeps (or gets back) its previous release. After each wave th
 counted against `max_fail`; past it the rollout halts, and `rollback_on_halt` returns the
 devices already updated (in that wave, or in every wave) to their previous release.
 
+A device that already runs the release (its `current` is the release and its files verify) costs
+one command and is reported "unchanged, already current" — no upload, validation, gate or
+hooks — unless the rollout asks to `revalidate`. Before the build only the first wave's devices
+are preflighted (the build is proven on them before anything else moves); every later device
+is checked by its own deploy when its wave starts.
+
 Every step is journaled locally before the next begins; `resume` replays the journal and
 continues with the devices that have no result, using the previous release each one had when
 the rollout first touched it (the device itself may already be switched: activation is one
@@ -19,7 +25,6 @@ import datetime
 import math
 import secrets
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -28,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.config.fleet import Fleet, RolloutPolicy, load_fleet
+from edgekit.config.fleet import Fleet, FleetDevice, RolloutPolicy, load_fleet
 from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round, remote_manifest, run_configs
@@ -37,12 +42,12 @@ from edgekit.device.deploy import (Gate, deploy_bundle, preflight_target, releas
                                    restore_release)
 from edgekit.device.probe import DeviceInfo
 from edgekit.device.provision import shim_version
-from edgekit.device.releases import current_release
+from edgekit.device.releases import current_release, live_release
 from edgekit.device.trust import check_signature
 from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
-from edgekit.models.bundle import Bundle, load_bundle
+from edgekit.models.bundle import MODULE, VARIANTS, Bundle, load_bundle
 from edgekit.models.events import (BuildStarted, DeviceDone, DevicePreflight,
                                    DeviceRolledBack, DeviceStarted,
                                    DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
@@ -54,9 +59,14 @@ from edgekit.transport.base import Transport
 
 
 MAX_GATE_SAMPLES = 400     # per round: the benchmark's JSON grows ~0.7 kB per sample
-# Lab devices are sshd's on this machine: their benchmarks share its CPUs, so concurrent gates
-# measure each other (8 at once on 2 cores flagged identical models ×1.6). One at a time.
-LAB_CPUS = threading.Lock()
+# Lab and local: devices run on this machine's CPUs: their timings include the controller and
+# every other device of the wave (8 gates at once on 2 cores flagged identical models ×1.6,
+# and a 50-device rollout of an identical build halted on a false ×1.50). Serialising them
+# behind a lock cost 3-4 s per device; their gate is skipped with this note instead, unless
+# the rollout asks for it (`gate_shared_cpus`).
+SHARED_CPUS_NOTE = ("latency gate skipped: the device runs on this machine's CPUs (lab or "
+                    "local:), so its timings measure the controller too "
+                    "(rollout.gate_shared_cpus: true measures anyway)")
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class UpdateOptions:
     keep: int = 3
     use_cache: bool = True
     cpu_fallback: bool = False      # NPU targets: deploy the IREE CPU module, no NPU needed
+    revalidate: bool = False        # devices already on the release: deploy and validate again
 
 
 Progress = Callable[[RolloutEvent], None]
@@ -89,22 +100,22 @@ def update(options: UpdateOptions, build_for: BuildFor,
     rollout_id = f"{safe_name(recipe.name, 'app')}-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
     directory = jr.rollouts_dir() / rollout_id
     directory.mkdir(parents=True)
+    waves = plan_waves(fleet.devices, lambda d: d.target, policy.canary, policy.waves)
     try:
-        _preflight_all(fleet, policy.concurrency, on_event, options.cpu_fallback)
+        _preflight(waves[0], policy.concurrency, on_event, options.cpu_fallback)
         bundles, releases = _build_per_target(build_for, fleet, directory, on_event)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)   # nothing was planned: leave no trace
         raise
-    waves = plan_waves(fleet.devices, lambda d: d.target, policy.canary, policy.waves)
     plan = RolloutPlan(id=rollout_id, created_at=now.isoformat(timespec="seconds"),
                        app=recipe.name, recipe=str(options.recipe), fleet=fleet.source,
                        devices=fleet.devices,
                        waves=tuple(tuple(d.name for d in wave) for wave in waves),
                        policy=policy, hooks=hooks, bundles=bundles, releases=releases,
-                       keep=options.keep, cpu_fallback=options.cpu_fallback)
+                       keep=options.keep, cpu_fallback=options.cpu_fallback,
+                       revalidate=options.revalidate)
     jr.save_plan(directory, plan)
-    with jr.exclusive(directory):
-        journal = jr.Journal(directory, on_event)
+    with jr.exclusive(directory), jr.Journal(directory, on_event) as journal:
         journal.write(RolloutStarted(rollout=rollout_id, waves=plan.waves))
         return _execute(plan, directory, journal)
 
@@ -119,8 +130,7 @@ def merged_hooks(recipe: Recipe, fleet: Fleet) -> Hooks:
 def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> FleetResult:
     directory = jr.find_rollout(rollout_id, unfinished=True)
     plan = jr.load_plan(directory)
-    with jr.exclusive(directory):
-        journal = jr.Journal(directory, on_event)
+    with jr.exclusive(directory), jr.Journal(directory, on_event) as journal:
         journal.write(RolloutResumed(rollout=plan.id))
         return _execute(plan, directory, journal)
 
@@ -130,11 +140,13 @@ def rollout_result(rollout_id: str | None = None) -> FleetResult:
     return jr.result_of(jr.load_plan(directory), jr.replay(jr.read_events(directory)), directory)
 
 
-def _preflight_all(fleet: Fleet, concurrency: int, on_event: Progress | None,
-                   cpu_fallback: bool = False) -> None:
-    """Reach every device and check it can run its target before building anything (seconds,
-    not minutes). When none can, the rollout stops here; otherwise the ones that cannot are
-    reported now and fail in their wave, counted against max_fail as always."""
+def _preflight(devices: list[FleetDevice], concurrency: int, on_event: Progress | None,
+               cpu_fallback: bool = False) -> None:
+    """Reach the first wave's devices and check they can run their targets before building
+    anything (seconds, not minutes; at 10,000 devices, reaching all of them first took ~19
+    min). When none can, the rollout stops here; otherwise the ones that cannot are reported
+    now and fail in their wave, counted against max_fail as always. Later waves' devices are
+    checked by their own deploys when their wave starts."""
     def check(device) -> str:
         try:
             identity = Path(device.identity) if device.identity else None
@@ -144,14 +156,14 @@ def _preflight_all(fleet: Fleet, concurrency: int, on_event: Progress | None,
         except EdgekitError as exc:
             return f"{type(exc).__name__}: {exc.what}"
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="preflight") as pool:
-        reasons = list(pool.map(check, fleet.devices))
-    for device, reason in zip(fleet.devices, reasons):
+        reasons = list(pool.map(check, devices))
+    for device, reason in zip(devices, reasons):
         if on_event:
             on_event(DevicePreflight(device=device.name, ok=not reason, reason=reason))
     if reasons and all(reasons):
-        raise ConfigError(f"no device of the fleet can take the release: {reasons[0]} "
-                          f"({fleet.devices[0].name})" + (f" and {len(reasons) - 1} more"
-                                                          if len(reasons) > 1 else ""),
+        raise ConfigError(f"no device of the first wave can take the release: {reasons[0]} "
+                          f"({devices[0].name})" + (f" and {len(reasons) - 1} more"
+                                                    if len(reasons) > 1 else ""),
                           key="devices", hint="nothing was built; check the addresses and "
                                               "keys (`edgekit fleet status`)")
 
@@ -175,23 +187,21 @@ def _build_per_target(build_for: BuildFor, fleet: Fleet, directory: Path,
 
 
 def _execute(plan: RolloutPlan, directory: Path, journal: jr.Journal) -> FleetResult:
-    state = jr.replay(jr.read_events(directory))
+    state = journal.state            # kept current by every write: never re-read
     if state.halt is None:
         try:
-            _run_waves(plan, directory, journal, state)
+            _run_waves(plan, journal)
         except KeyboardInterrupt:
             journal.write(Interrupted())
-            return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
-        state = jr.replay(jr.read_events(directory))
+            return jr.result_of(plan, state, directory)
     if state.halt is not None:
-        _roll_back(plan, directory, journal, state)
-    state = jr.replay(jr.read_events(directory))
+        _roll_back(plan, journal)
     journal.write(Finished(status="halted" if state.halt else "completed"))
-    return jr.result_of(plan, jr.replay(jr.read_events(directory)), directory)
+    return jr.result_of(plan, state, directory)
 
 
-def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
-               state: jr.JournalState) -> None:
+def _run_waves(plan: RolloutPlan, journal: jr.Journal) -> None:
+    state = journal.state
     for index, names in enumerate(plan.waves, start=1):
         if index in state.waves_done:
             continue
@@ -200,7 +210,7 @@ def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
         todo = [n for n in names if n not in state.done]
         with ThreadPoolExecutor(max_workers=plan.policy.concurrency,
                                 thread_name_prefix="fleet") as pool:
-            futures = [pool.submit(_update_device, plan, name, index, journal, state)
+            futures = [pool.submit(_update_device, plan, name, index, journal)
                        for name in todo]
             try:
                 for future in as_completed(futures):
@@ -210,7 +220,6 @@ def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
                 # devices not started stay untouched for the resume
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-        state = jr.replay(jr.read_events(directory))
         failed = sum(state.done[n].status == "failed" for n in names if n in state.done)
         halted = halts(failed, len(names), plan.policy.max_fail)
         journal.write(WaveDone(wave=index, failed=failed, halted=halted))
@@ -221,30 +230,26 @@ def _run_waves(plan: RolloutPlan, directory: Path, journal: jr.Journal,
             return
 
 
-def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
-                   state: jr.JournalState) -> None:
+def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal) -> None:
     device = plan.device(name)
     release = plan.releases[device.target]
     started = time.perf_counter()
-    known, previous = state.previous_of(name)
+    known, previous = journal.state.previous_of(name)
     measured: dict = {}
     try:
-        bundle = load_bundle(plan.bundles[device.target])
         identity = Path(device.identity) if device.identity else None
         with open_device(device.address, identity) as conn:
+            live = live_release(conn, plan.app, release, layout.shims_dir(shim_version()))
             if not known:
-                previous = current_release(conn, plan.app)
+                previous = live.current
             journal.write(DeviceStarted(device=name, wave=wave, previous=previous))
-            gate = None
-            if plan.policy.max_p90_ratio and previous and previous != release:
-                gate = latency_gate(plan.policy, plan.app, previous, measured,
-                                    one_at_a_time=LAB_CPUS if device.lab else None)
-            deploy_bundle(conn, bundle, keep=plan.keep, gate=gate, hooks=plan.hooks,
-                          hooks_when_current=True, fallback=previous,
-                          cpu_fallback=plan.cpu_fallback,
-                          on_stage=lambda step: journal.write(DeviceStep(device=name,
-                                                                         step=step)))
-        status, reason, failure = ("updated" if previous != release else "unchanged"), "", ""
+            # on the release before this rollout touched it, intact: nothing to do (a device
+            # the rollout switched before a crash still gets its hooks in the full path)
+            if live.verified and previous == release and not plan.revalidate:
+                status, reason = "unchanged", ALREADY_CURRENT
+            else:
+                status, reason = _deploy(conn, plan, device, previous, measured, journal)
+        failure = ""
     except Exception as exc:  # noqa: BLE001 — one device's failure must not stop the others
         status, failure = "failed", type(exc).__name__
         reason = (exc.what if isinstance(exc, EdgekitError) else str(exc)) or failure
@@ -257,28 +262,51 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal,
                              p90_after_ms=measured.get("p90_after_ms"),
                              p90_ratio=measured.get("ratio"),
                              p90_ratio_range=measured.get("ratio_range"),
-                             p90_ratio_limit=plan.policy.max_p90_ratio if measured else None))
+                             p90_ratio_limit=plan.policy.max_p90_ratio
+                             if "ratio" in measured else None))
 
 
-def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
-                 one_at_a_time: threading.Lock | None = None) -> Gate:
+ALREADY_CURRENT = ("already current: its files verify on the device; not deployed or "
+                   "validated again (--revalidate does)")
+
+
+def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: str | None,
+            measured: dict, journal: jr.Journal) -> tuple[str, str]:
+    """The full deploy of the device's bundle, gated; (status, note)."""
+    release = plan.releases[device.target]
+    gate, note = None, ""
+    if plan.policy.max_p90_ratio and previous and previous != release:
+        if device.lab and not plan.policy.gate_shared_cpus:
+            note = SHARED_CPUS_NOTE
+        else:
+            gate = latency_gate(plan.policy, plan.app, previous, measured)
+    deploy_bundle(conn, load_bundle(plan.bundles[device.target]), keep=plan.keep, gate=gate,
+                  hooks=plan.hooks, hooks_when_current=True, fallback=previous,
+                  cpu_fallback=plan.cpu_fallback,
+                  on_stage=lambda step: journal.write(DeviceStep(device=device.name,
+                                                                 step=step)))
+    return ("updated" if previous != release else "unchanged"), measured.get("note", note)
+
+
+def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:
     """Bench `baseline` (the release being replaced) and the new release on the device in
     interleaved rounds, so load and clock drift hit both alike, and compare them round by
     round (see `paired_p90_verdict`). Each round lasts at least `gate_round_s`; calls under
     a millisecond are timed in batches (the sample is the batch's mean call) — timed one by
-    one, a 30 µs call's p90 measures the scheduler, not the model. Devices that share CPUs
-    pass a lock in `one_at_a_time`. Fills `measured`."""
+    one, a 30 µs call's p90 measures the scheduler, not the model. A release whose module
+    and runtime configuration are those of the release it replaces (a rebuild that changed
+    only goldens, tolerances or hooks) cannot be slower: it is not measured, and the note
+    says so. Fills `measured`."""
     def gate(conn: Transport, info: DeviceInfo, release: str) -> dict:
-        if one_at_a_time is None:
-            return measure(conn, info, release)
-        with one_at_a_time:
-            return measure(conn, info, release)
-
-    def measure(conn: Transport, info: DeviceInfo, release: str) -> dict:
         manifests = {r: remote_manifest(conn, app, r) for r in (baseline, release)}
         # each release as it runs: its tuned driver and threads, or the policy's count
         wanted = (policy.gate_threads,) if policy.gate_threads else None
         runs_as = {r: run_configs(m, wanted)[0] for r, m in manifests.items()}
+        if _same_module(manifests[baseline], manifests[release]) and \
+                runs_as[baseline] == runs_as[release]:
+            measured["note"] = (f"latency gate skipped: the module is byte for byte that of "
+                                f"{baseline}, run the same way")
+            return dict(measured)
         probe_run = bench_round(conn, info.arch, baseline, manifests[baseline],
                                 RoundConfig(repetitions=5, threads=runs_as[baseline][0],
                                             driver=runs_as[baseline][1], warmup=1,
@@ -310,6 +338,14 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict,
     return gate
 
 
+def _same_module(a, b) -> bool:
+    """Two manifests whose modules (and variants) are the same bytes."""
+    def modules(m) -> dict:
+        return {rel: digest for rel, digest in m.files.items()
+                if rel == MODULE or rel.startswith(f"{VARIANTS}/")}
+    return modules(a) == modules(b) and MODULE in a.files
+
+
 def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
                        max_ratio: float) -> dict:
     """Round i of `after` against round i of `before` (benched back to back): the release
@@ -327,17 +363,16 @@ def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
             "regressed": median > max_ratio and over >= needed}
 
 
-def _roll_back(plan: RolloutPlan, directory: Path, journal: jr.Journal,
-               state: jr.JournalState) -> None:
+def _roll_back(plan: RolloutPlan, journal: jr.Journal) -> None:
     """Return the updated devices in the halt's scope to their previous release — and the
     failed ones that got as far as activation (their own restore may not have happened: the
     connection dropped, the previous release was corrupted): those are checked, and restored
     only if `current` is not their previous release."""
+    state = journal.state
     if state.halt is None or state.halt.rollback == "none":
         return
     scope, halted_wave = state.halt.rollback, state.halt.wave
-    switched = {e.device for e in jr.read_events(directory)
-                if isinstance(e, DeviceStep) and e.step in ("activate", "hooks")}
+    switched = state.switched
     in_scope = {n: done for n, done in state.done.items()
                 if n not in state.rollbacks and (scope == "all" or done.wave == halted_wave)}
     updated = [n for n, done in in_scope.items() if done.status == "updated"]

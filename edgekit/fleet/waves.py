@@ -35,7 +35,8 @@ def plan_waves(items: Sequence[T], target_of, canary: Count | None,
         for members in by_target.values():
             first += members[:to_count(canary, len(members))]
         batches.append(first)
-        remaining = [i for i in remaining if i not in first]
+        taken = {id(i) for i in first}      # by identity: linear, whatever the fleet's size
+        remaining = [i for i in remaining if id(i) not in taken]
     sizes = list(waves) or ["100%"]
     index = 0
     while remaining:

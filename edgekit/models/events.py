@@ -107,6 +107,15 @@ class DeviceRolledBack(_Event):
     reason: str = ""
 
 
+class JournalRepaired(_Event):
+    """The journal's last line was torn (a crash while writing it): set aside in a file beside
+    the journal before anything more was appended."""
+
+    event: Literal["journal-repaired"] = "journal-repaired"
+    set_aside: str                              # file name, beside journal.jsonl
+    bytes: int
+
+
 class Interrupted(_Event):
     event: Literal["interrupted"] = "interrupted"
 
@@ -119,7 +128,8 @@ class Finished(_Event):
 RolloutEvent = Annotated[
     BuildStarted | DevicePreflight | RolloutStarted | RolloutResumed | WaveStarted
     | DeviceStarted | DeviceStep
-    | DeviceDone | WaveDone | Halted | DeviceRolledBack | Interrupted | Finished,
+    | DeviceDone | WaveDone | Halted | DeviceRolledBack | JournalRepaired | Interrupted
+    | Finished,
     pydantic.Field(discriminator="event")]
 
 EVENTS: pydantic.TypeAdapter[RolloutEvent] = pydantic.TypeAdapter(RolloutEvent)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pydantic
+
 from edgekit.config.fleet import FleetDevice, RolloutPolicy
 from edgekit.config.recipe import Hooks
 from edgekit.config.schema_base import Frozen
@@ -28,9 +30,15 @@ class RolloutPlan(Frozen):
     releases: dict[str, str]                     # target → release id
     keep: int = 3
     cpu_fallback: bool = False                   # NPU targets: their IREE CPU module
+    # a device already running the release is deployed and validated again, not only checked
+    revalidate: bool = False
+    _by_name: dict[str, FleetDevice] | None = pydantic.PrivateAttr(default=None)
 
     def device(self, name: str) -> FleetDevice:
-        return next(d for d in self.devices if d.name == name)
+        """By name, in constant time (a rollout looks every device up several times)."""
+        if self._by_name is None:
+            self._by_name = {d.name: d for d in self.devices}
+        return self._by_name[name]
 
 
 class DeviceOutcome(Frozen):

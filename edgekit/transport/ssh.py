@@ -35,6 +35,7 @@ from edgekit.config.timeouts import Timeouts
 from edgekit.errors import (AuthFailed, ConfigError, DeviceError, DeviceUnreachable,
                             HostKeyChanged, HostKeyUnknown, RemoteCommandFailed)
 from edgekit.config.address import DeviceAddress
+from edgekit.transport.known_hosts import pin_line, pinned
 from edgekit.transport.base import (SPACE_HINT, BoundedOutput, RemoteEntry, RemoteResult,
                                     file_op_failed, out_of_space, space_left,
                                     short_command)
@@ -428,8 +429,7 @@ def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PK
     except OSError as exc:
         raise _Retry("connect", _reason(exc)) from None
     client = paramiko.SSHClient()
-    if known_hosts.is_file():
-        client.load_host_keys(str(known_hosts))
+    _pin_for(client, address, known_hosts)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
         # with `sock` given, `timeout` bounds banner + key exchange (paramiko's start_client)
@@ -480,6 +480,20 @@ def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PK
         raise _Retry(step, f"connection closed by the device ({_reason(exc)})") from None
 
 
+def _pin_for(client: paramiko.SSHClient, address: DeviceAddress, known_hosts: Path) -> None:
+    """Give `client` only this device's pinned keys, looked up in the process-wide index
+    (known_hosts.py): paramiko then refuses an unknown key (RejectPolicy) and a changed one
+    (BadHostKeyException) exactly as with the whole file loaded, at the cost of one lookup."""
+    name = address.known_hosts_name
+    keys = client.get_host_keys()
+    for key_type, blob in pinned(known_hosts).lookup(name):
+        try:
+            keys.add(name, key_type, paramiko.PKey.from_type_string(key_type,
+                                                                     base64.b64decode(blob)))
+        except (paramiko.SSHException, ValueError):   # a damaged line pins nothing
+            continue
+
+
 def _handshake_step(transport: paramiko.Transport | None) -> str:
     """How far a failed handshake got: the step it failed in."""
     if transport is None or not transport.remote_version:
@@ -528,25 +542,19 @@ def pin_host_key(address: DeviceAddress, key_type: str, key_base64: str, *,
     """Record a host key as the one to expect for this address."""
     known_hosts = known_hosts or known_hosts_path()
     known_hosts.parent.mkdir(parents=True, exist_ok=True)
-    keys = paramiko.HostKeys()
-    if known_hosts.is_file():
-        keys.load(str(known_hosts))
-    name = address.known_hosts_name
-    if replace and name in keys:
-        del keys[name]
     try:
         key = paramiko.PKey.from_type_string(key_type, base64.b64decode(key_base64))
     except (paramiko.SSHException, ValueError) as exc:
         raise DeviceError(f"cannot pin the host key: {exc}", where=str(address)) from None
-    keys.add(name, key_type, key)
-    keys.save(str(known_hosts))
+    pin_line(known_hosts, address.known_hosts_name, key.get_name(), key.get_base64(),
+             replace=replace)
 
 
 def pinned_fingerprint(address: DeviceAddress, known_hosts: Path | None = None) -> str | None:
     known_hosts = known_hosts or known_hosts_path()
-    if not known_hosts.is_file():
-        return None
-    keys = paramiko.HostKeys(str(known_hosts)).lookup(address.known_hosts_name)
-    if not keys:
-        return None
-    return fingerprint(next(iter(keys.values())))
+    for key_type, blob in pinned(known_hosts).lookup(address.known_hosts_name):
+        try:
+            return fingerprint(paramiko.PKey.from_type_string(key_type, base64.b64decode(blob)))
+        except (paramiko.SSHException, ValueError):
+            continue
+    return None

@@ -47,9 +47,10 @@ def test_a_fleet_updates_in_waves_canary_first_and_reports_its_status(tmp_path, 
     assert all(d.status == "updated" and d.previous is None for d in result.devices)
     assert all(current_of(root(tmp_path, f"d{i}")) == release_id(v1) for i in range(1, 5))
     kinds = [type(e) for e in seen]
-    # every device is reached and preflighted before the build
-    assert kinds[:6] == [ev.DevicePreflight] * 4 + [ev.BuildStarted, ev.RolloutStarted]
-    assert all(e.ok for e in seen[:4]) and kinds[-1] is ev.Finished
+    # the first wave's devices are reached and preflighted before the build; later waves'
+    # devices are checked by their own deploys when their wave starts
+    assert kinds[:3] == [ev.DevicePreflight, ev.BuildStarted, ev.RolloutStarted]
+    assert seen[0].ok and seen[0].device == "d1" and kinds[-1] is ev.Finished
     assert kinds.count(ev.DeviceDone) == 4 and kinds.count(ev.WaveDone) == 3
     # each device: preflight before upload, validation before activation
     steps = [e.step for e in seen if isinstance(e, ev.DeviceStep) and e.device == "d2"]
@@ -99,10 +100,15 @@ def test_a_failing_health_hook_fails_the_device_and_keeps_its_release(tmp_path, 
     assert current_of(root(tmp_path, "d2")) == release_id(v1)
 
 
-def test_the_latency_gate_benchmarks_both_releases_on_the_device(tmp_path, v1, v2):
-    fleet = fleet_file(tmp_path, 1, rollout="{max_p90_ratio: 20, gate_rounds: 2}")
+def test_the_latency_gate_benchmarks_both_releases_on_the_device(tmp_path, v1, bundle_copy):
+    from tests.local.conftest import set_manifest
+    # the same module run another way (v2 of the recipe is the same module: only its samples
+    # differ, and an identical module is not measured)
+    other = bundle_copy(v1, lambda d: set_manifest(d, runtime_driver="local-sync"))
+    fleet = fleet_file(tmp_path, 1, rollout="{max_p90_ratio: 20, gate_rounds: 2, "
+                                            "gate_shared_cpus: true}")
     roll(fleet, v1)
-    result = roll(fleet, v2)
+    result = roll(fleet, other)
     device = result.devices[0]
     assert device.status == "updated", device.reason
     assert device.p90_before_ms > 0 and device.p90_after_ms > 0
@@ -143,8 +149,81 @@ def test_a_fleet_no_device_of_which_can_take_the_release_stops_before_building(t
                      f"  wrong: {{host: 'local:devices/wrong', target: {foreign}}}\n")
     (tmp_path / "devices" / "wrong").mkdir(parents=True)
     built, seen = [], []
-    with pytest.raises(ConfigError, match="no device of the fleet can take the release"):
+    with pytest.raises(ConfigError, match="no device of the first wave can take the release"):
         update(UpdateOptions(fleet=fleet, recipe=RECIPE), on_event=seen.append,
                build_for=lambda target: built.append(target) or v1)
     assert built == [] and [e.ok for e in seen] == [False, False]
     assert f"target {foreign} builds" in seen[1].reason
+
+
+def test_a_device_on_this_machines_cpus_is_not_gated_and_says_so(tmp_path, v1, v2):
+    fleet = fleet_file(tmp_path, 2, rollout="{canary: 1, waves: [100%], max_p90_ratio: 1.01}")
+    roll(fleet, v1)
+    result = roll(fleet, v2)
+    assert result.status == "completed"
+    for device in result.devices:
+        assert device.status == "updated" and device.p90_ratio is None
+        assert "latency gate skipped: the device runs on this machine's CPUs" in device.reason
+
+
+def test_a_module_identical_to_the_live_one_is_not_measured_by_the_gate(tmp_path, v1,
+                                                                           bundle_copy):
+    from tests.local.conftest import set_manifest
+    # another release (a looser tolerance) of the very same module
+    same_module = bundle_copy(v1, lambda d: set_manifest(d, tolerances={
+        **v1.manifest.tolerances.model_dump(mode="json"), "atol": 0.0002}))
+    assert release_id(same_module) != release_id(v1)
+    fleet = fleet_file(tmp_path, 1, rollout="{max_p90_ratio: 1.01, gate_shared_cpus: true}")
+    roll(fleet, v1)
+    device = roll(fleet, same_module).devices[0]
+    assert device.status == "updated" and device.p90_ratio is None
+    assert "the module is byte for byte that of" in device.reason
+
+
+def test_a_second_update_of_the_live_release_costs_each_device_one_check(tmp_path, v1):
+    fleet = fleet_file(tmp_path, 3, rollout="{canary: 1, waves: [100%]}")
+    roll(fleet, v1)
+    seen = []
+    result = roll(fleet, v1, on_event=seen.append)
+    assert [d.status for d in result.devices] == ["unchanged"] * 3
+    assert all(d.reason.startswith("already current") for d in result.devices)
+    # no deploy step at all: nothing uploaded, validated or activated
+    assert not [e for e in seen if isinstance(e, ev.DeviceStep)]
+    # a device whose live copy was damaged is deployed again (repaired, re-validated)
+    module = root(tmp_path, "d2") / ".edgekit/apps" / APP / "current" / "module.vmfb"
+    module.write_bytes(b"damaged")
+    result = roll(fleet, v1, on_event=seen.append)
+    assert {d.device: d.reason.startswith("already current") for d in result.devices} == \
+        {"d1": True, "d2": False, "d3": True}
+    assert [e.device for e in seen if isinstance(e, ev.DeviceStep) and e.step == "validate"] \
+        == ["d2"]
+    # --revalidate deploys and validates every device again
+    seen.clear()
+    update(UpdateOptions(fleet=fleet, recipe=RECIPE, revalidate=True),
+           build_for=lambda target: v1, on_event=seen.append)
+    assert sorted(e.device for e in seen if isinstance(e, ev.DeviceStep)
+                  and e.step == "validate") == ["d1", "d2", "d3"]
+
+
+def test_a_journal_torn_by_a_crash_is_repaired_and_the_rollout_finishes(tmp_path, v1):
+    from edgekit.fleet.journal import JOURNAL
+    from edgekit.fleet.rollout import rollout_result
+    fleet = fleet_file(tmp_path, 4, rollout="{canary: 1, waves: [1], concurrency: 1}",
+                       hooks="hooks: {after_activate: 'sleep 0.3'}\n")
+    directory = kill_update_after(2, fleet, RECIPE, cwd=tmp_path, timeout=120)
+    journal = directory / JOURNAL
+    data = journal.read_bytes()
+    journal.write_bytes(data[:-15])         # what a crash in the middle of a write leaves
+    seen = []
+    result = resume(directory.name, on_event=seen.append)
+    assert result.status == "completed", result
+    assert all(d.status == "updated" for d in result.devices)
+    assert all(current_of(root(tmp_path, f"d{i}")) == release_id(v1) for i in range(1, 5))
+    # the torn bytes are set aside beside the journal, said once, never appended after
+    repaired = [e for e in seen if isinstance(e, ev.JournalRepaired)]
+    torn = data[:-15][data[:-15].rfind(b"\n") + 1:]
+    assert len(repaired) == 1 and repaired[0].bytes == len(torn) > 0
+    assert (directory / repaired[0].set_aside).read_bytes() == torn
+    # every line reads back: the report and another resume attempt work
+    assert len(read_events(directory)) == len(journal.read_text().splitlines())
+    assert rollout_result(directory.name).status == "completed"
