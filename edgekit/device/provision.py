@@ -8,6 +8,7 @@ the host and cached; they need only glibc, libstdc++ and libgcc_s on the device 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 import shutil
@@ -41,7 +42,10 @@ class ProvisionResult:
     uploaded_bytes: int
 
 
+@functools.cache
 def shim_version() -> str:
+    """A digest of the shims' names and contents: the installed package's files, read once
+    per process (a rollout asks for it several times per device)."""
     digest = hashlib.sha256()
     for name in SHIM_FILES:
         digest.update(name.encode() + b"\0" + (SHIMS / name).read_bytes())

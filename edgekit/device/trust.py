@@ -4,12 +4,13 @@ signature again (and every sha256) before a release is activated or rolled back 
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from pathlib import Path
 
 from edgekit.device import layout
 from edgekit.errors import BundleNotTrusted
-from edgekit.models.bundle import Bundle
+from edgekit.models.bundle import MANIFEST, SIGNATURE, Bundle
 from edgekit.toolchain.signing import trusted_signers, verify_bundle
 from edgekit.transport.base import Transport
 
@@ -17,15 +18,36 @@ from edgekit.transport.base import Transport
 DEVICE_SIGNERS = f"{layout.ROOT}/allowed_signers"
 
 
+# (manifest, signature, allowed_signers contents) → principal: a fleet rollout checks one
+# bundle once per device (two ssh-keygen runs each); the same bytes get the same verdict
+_verified: dict[tuple[bytes, bytes, bytes], str] = {}
+
+
 def check_signature(bundle: Bundle, allow_unsigned: bool = False) -> str | None:
     """The principal that signed the bundle. None when it is unsigned or not trusted and
     `allow_unsigned` (the user's explicit opt-out); otherwise BundleNotTrusted."""
     try:
-        return verify_bundle(bundle.path)
+        key = _contents(bundle.path / MANIFEST, bundle.path / SIGNATURE, trusted_signers())
+        if key is not None and key in _verified:
+            return _verified[key]
+        principal = verify_bundle(bundle.path)
+        if key is not None:
+            if len(_verified) > 256:
+                _verified.clear()
+            _verified[key] = principal
+        return principal
     except BundleNotTrusted:
         if allow_unsigned:
             return None
         raise
+
+
+def _contents(*paths: Path) -> tuple[bytes, ...] | None:
+    """The sha256 of each file (None when one is missing: no verdict to remember)."""
+    try:
+        return tuple(hashlib.sha256(p.read_bytes()).digest() for p in paths)
+    except OSError:
+        return None
 
 
 def install_signers(conn: Transport) -> None:

@@ -280,12 +280,24 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
             note = SHARED_CPUS_NOTE
         else:
             gate = latency_gate(plan.policy, plan.app, previous, measured)
-    deploy_bundle(conn, load_bundle(plan.bundles[device.target]), keep=plan.keep, gate=gate,
+    deploy_bundle(conn, _bundle_of(plan, device.target), keep=plan.keep, gate=gate,
                   hooks=plan.hooks, hooks_when_current=True, fallback=previous,
                   cpu_fallback=plan.cpu_fallback,
                   on_stage=lambda step: journal.write(DeviceStep(device=device.name,
                                                                  step=step)))
     return ("updated" if previous != release else "unchanged"), measured.get("note", note)
+
+
+_loaded: dict[str, Bundle] = {}
+
+
+def _bundle_of(plan: RolloutPlan, target: str) -> Bundle:
+    """The rollout's bundle for `target`, parsed once per process (its files are hashed again
+    by every deploy, from a digest cache that notices any change: models/bundle.py)."""
+    path = plan.bundles[target]
+    if path not in _loaded:
+        _loaded[path] = load_bundle(path)
+    return _loaded[path]
 
 
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:

@@ -14,6 +14,7 @@ hard link or device in a bundle directory or archive is refused.
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import re
 import shutil
@@ -252,11 +253,27 @@ class Manifest(Frozen):
         return self
 
 
+# path → (stat stamp, sha256). A fleet rollout hashes the same bundle and runtime files for every
+# device (20 files per device, the runtime's megabytes included); a file is hashed again only
+# when its stamp changed. ctime is in the stamp: any write changes it, and no user can set it.
+_digests: dict[str, tuple[tuple[int, ...], str]] = {}
+_DIGESTS_KEPT = 4096
+
+
 def sha256_file(path: Path) -> str:
+    st = os.stat(path)
+    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = str(path)
+    known = _digests.get(key)
+    if known and known[0] == stamp:
+        return known[1]
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+    if len(_digests) >= _DIGESTS_KEPT:
+        _digests.clear()
+    _digests[key] = (stamp, digest.hexdigest())
     return digest.hexdigest()
 
 

@@ -54,6 +54,24 @@ class LocalTransport:
     def run(self, argv: Sequence[str], *, timeout: float | None = None,
             stdin: bytes | None = None, check: bool = True,
             what: str = "remote command failed") -> RemoteResult:
+        # A program `put` just wrote can be "busy" (ETXTBSY, sh's exit 126) for a moment: a
+        # process this one forked for another device meanwhile holds a copy of the writing
+        # descriptor until its own exec. A device over SSH has no such sibling; here the
+        # command is tried again (1 deploy in 500 local: devices at once hit it).
+        for attempt in range(5):
+            result = self._run_once(argv, timeout, stdin)
+            if not (result.returncode == 126 and b"Text file busy" in result.stderr):
+                break
+            time.sleep(0.05 * (attempt + 1))
+        if check and result.returncode != 0:
+            raise RemoteCommandFailed(what, where=self.where, argv=list(argv),
+                                      returncode=result.returncode,
+                                      stderr_tail=(result.stderr or result.stdout)
+                                      [-3000:].decode(errors="replace"))
+        return result
+
+    def _run_once(self, argv: Sequence[str], timeout: float | None,
+                  stdin: bytes | None) -> RemoteResult:
         self._check_open()
         timeout = self.timeouts.command_s if timeout is None else timeout
         command = shlex.join(argv)
@@ -93,14 +111,8 @@ class LocalTransport:
                                       argv=[command], returncode=124,
                                       stderr_tail=err.getvalue()[-3000:].decode(
                                           errors="replace")) from None
-        result = RemoteResult(proc.returncode, out.getvalue(), err.getvalue(),
-                              stdout_cut=out.cut, stderr_cut=err.cut)
-        if check and proc.returncode != 0:
-            raise RemoteCommandFailed(what, where=self.where, argv=list(argv),
-                                      returncode=proc.returncode,
-                                      stderr_tail=(result.stderr or result.stdout)
-                                      [-3000:].decode(errors="replace"))
-        return result
+        return RemoteResult(proc.returncode, out.getvalue(), err.getvalue(),
+                            stdout_cut=out.cut, stderr_cut=err.cut)
 
     def put(self, local: Path, remote: str) -> int:
         self._file_op("upload", [str(local), remote],
