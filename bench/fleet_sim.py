@@ -16,6 +16,7 @@ import hashlib
 import json
 import posixpath
 import shlex
+import sys
 import threading
 import time
 from functools import lru_cache
@@ -30,6 +31,13 @@ Ref = Path | bytes          # a file's content: the controller's file it came fr
 @lru_cache(maxsize=None)
 def _digest(path: Path, stamp: float) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_refs: dict[str, Path] = {}
+
+
+def _shared(local: Path) -> Path:
+    return _refs.setdefault(str(local), local)
 
 
 def _read(ref: Ref) -> bytes:
@@ -137,14 +145,15 @@ class SimulatedTransport:
     # --- files ------------------------------------------------------------------------------
     def put(self, local: Path, remote: str) -> int:
         size = local.stat().st_size
+        # by reference: edgekit's own files stay put for the rollout (bundle copies, the
+        # runtime); a temporary file (run.env, SHA256SUMS) is read now. Names and references
+        # are shared between devices, so 10,000 devices hold one copy of each.
+        ref = _shared(local) if "/edgekit-release-" not in str(local) else local.read_bytes()
         with self.device.lock:
-            # by reference: edgekit's own files stay put for the rollout (bundle copies, the
-            # runtime); a temporary file (run.env, SHA256SUMS) is read now
-            self.device.files[remote] = local if "/edgekit-release-" not in str(local) \
-                else local.read_bytes()
+            self.device.files[sys.intern(remote)] = ref
         return size
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, max_bytes: int | None = None) -> None:
         local.write_bytes(_read(self._file(remote)))
 
     def read_text(self, remote: str) -> str | None:

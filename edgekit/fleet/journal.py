@@ -72,7 +72,10 @@ class Journal:
     def close(self) -> None:
         self._file.close()
 
-    def write(self, event: RolloutEvent) -> RolloutEvent:
+    def write(self, event: RolloutEvent, durable: bool = True) -> RolloutEvent:
+        """Append `event`; return once it is on disk. `durable=False` (a progress step no
+        decision reads back) returns once it is written: the next durable event's fsync
+        covers it, and a crash may lose it, never an event after it."""
         line = event.model_dump_json() + "\n"
         with self._lock:
             self._file.write(line)
@@ -80,11 +83,12 @@ class Journal:
             self._written += 1
             mine = self._written
             self.state.apply(event)
-        with self._sync_lock:
-            if self._synced < mine:
-                covered = self._written        # every line flushed so far
-                os.fsync(self._file.fileno())
-                self._synced = covered
+        if durable:
+            with self._sync_lock:
+                if self._synced < mine:
+                    covered = self._written    # every line flushed so far
+                    os.fsync(self._file.fileno())
+                    self._synced = covered
         if self._on_event:
             self._on_event(event)
         return event

@@ -266,6 +266,9 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal)
                              if "ratio" in measured else None))
 
 
+# the deploy steps after which `current` may have moved: a halt's rollback reads them back
+# (JournalState.switched), so they are on disk before the step begins; the others are progress
+SWITCHING_STEPS = ("activate", "hooks")
 ALREADY_CURRENT = ("already current: its files verify on the device; not deployed or "
                    "validated again (--revalidate does)")
 
@@ -284,7 +287,8 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
                   hooks=plan.hooks, hooks_when_current=True, fallback=previous,
                   cpu_fallback=plan.cpu_fallback,
                   on_stage=lambda step: journal.write(DeviceStep(device=device.name,
-                                                                 step=step)))
+                                                                 step=step),
+                                                      durable=step in SWITCHING_STEPS))
     return ("updated" if previous != release else "unchanged"), measured.get("note", note)
 
 
