@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import socket
 import time
@@ -116,17 +117,24 @@ class LiveCheck:
 
 
 # One command: read `current`; if it is the release asked about, re-check its files (verify
-# shim, signature included). Exit 3: another release (or none) is current.
+# shim: names, sha256s, and manifest.json being the one the controller checked the signature
+# of). Exit 3: another release (or none) is current.
 _LIVE = ('cur=$(readlink "$1" 2>/dev/null) || cur=; printf "%s\\n" "$cur"; '
-         '[ "$cur" = "releases/$2" ] || exit 3; exec sh "$3/verify.sh" "$4"')
+         '[ "$cur" = "releases/$2" ] || exit 3; '
+         'exec sh "$3/verify.sh" "$4" --manifest-sha256 "$5"')
 
 
-def live_release(conn: Transport, app: str, release: str, shims: str) -> LiveCheck:
+def live_release(conn: Transport, app: str, release: str, shims: str,
+                 manifest_sha256: str) -> LiveCheck:
     """Is `release` already live and intact on the device? One round trip, so an update of a
-    fleet that already runs a release costs each device one command, not a deploy."""
+    fleet that already runs a release costs each device one command, not a deploy.
+    `manifest_sha256`: the sha256 of the release's manifest, whose signature the caller has
+    checked (the device then checks that manifest is the one it has, not the signature)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", manifest_sha256):
+        raise ValueError(f"not a sha256: {manifest_sha256!r}")
     result = conn.run(["sh", "-c", _LIVE, "live", layout.current_link(app),
-                       safe_name(release, "release"), shims, layout.release_dir(app, release)],
-                      check=False, what="reading the current release")
+                       safe_name(release, "release"), shims, layout.release_dir(app, release),
+                       manifest_sha256], check=False, what="reading the current release")
     link = result.stdout.decode(errors="replace").partition("\n")[0].strip()
     current = link.rsplit("/", 1)[-1] if link else None
     if current is not None:

@@ -47,7 +47,7 @@ from edgekit.device.trust import check_signature
 from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
-from edgekit.models.bundle import MODULE, VARIANTS, Bundle, load_bundle
+from edgekit.models.bundle import MANIFEST, MODULE, VARIANTS, Bundle, load_bundle, sha256_file
 from edgekit.models.events import (BuildStarted, DeviceDone, DevicePreflight,
                                    DeviceRolledBack, DeviceStarted,
                                    DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
@@ -239,7 +239,9 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal)
     try:
         identity = Path(device.identity) if device.identity else None
         with open_device(device.address, identity) as conn:
-            live = live_release(conn, plan.app, release, layout.shims_dir(shim_version()))
+            bundle = _bundle_of(plan, device.target)
+            live = live_release(conn, plan.app, release, layout.shims_dir(shim_version()),
+                                sha256_file(bundle.file(MANIFEST)))
             if not known:
                 previous = live.current
             journal.write(DeviceStarted(device=name, wave=wave, previous=previous))

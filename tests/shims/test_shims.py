@@ -1,5 +1,6 @@
 """The device-side shims, run here with /bin/sh on real files (and the real iree-run-module)."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -187,6 +188,28 @@ def test_verify_refuses_a_module_swapped_with_matching_sums(release):
     (path / "module.vmfb").write_bytes(b"another model")
     resum(path)
     assert "does not match the signed manifest" in refused(path, home)
+
+
+def test_verify_with_the_controllers_manifest_digest_checks_it_instead_of_the_signature(
+        release):
+    path, home = release
+    digest = hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest()
+    assert sh("verify.sh", path, "--manifest-sha256", digest, home=home).returncode == 0
+    assert "not the manifest the controller checked" in refused(
+        path, home, "--manifest-sha256", "0" * 64)
+    # the files are still checked against the manifest, and the manifest against the digest
+    (path / "module.vmfb").write_bytes(b"another model")
+    resum(path)
+    assert "does not match the signed manifest" in refused(path, home, "--manifest-sha256",
+                                                            digest)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["tolerances"]["atol"] = 1e9
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    resum(path)
+    assert "not the manifest the controller checked" in refused(path, home,
+                                                                "--manifest-sha256", digest)
+    for bad in ("", "xyz", "0" * 63):
+        assert sh("verify.sh", path, "--manifest-sha256", bad, home=home).returncode == 2
 
 
 def test_verify_refuses_a_release_signed_by_an_untrusted_key(release, tmp_path):
