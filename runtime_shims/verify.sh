@@ -1,5 +1,5 @@
 #!/bin/sh
-# verify.sh DIR [--allow-unsigned | --manifest-sha256 HEX]: is DIR (a release, or an app's
+# verify.sh DIR [--allow-unsigned | --expect-sums HEX[,HEX…]]: is DIR (a release, or an app's
 # `current` link to one) a whole, signed release? Exit 0 only if
 #  1. it holds plain files with a release's names only (manifest.json, manifest.json.sig,
 #     SHA256SUMS, run.env, module.vmfb, golden/<name>.npy, variants/<name>.vmfb,
@@ -7,10 +7,12 @@
 #     other path;
 #  2. manifest.json's signature verifies (ssh-keygen -Y verify, namespace edgekit-bundle)
 #     against /etc/edgekit/allowed_signers if present, else ~/.edgekit/allowed_signers
-#     (skipped with --allow-unsigned: the user's explicit opt-out; with --manifest-sha256,
-#     manifest.json must instead be exactly the manifest whose signature the controller
-#     checked itself — its sha256 is HEX — which spares a fleet's live-release check the two
-#     ssh-keygen runs, two thirds of this program's time);
+#     (skipped with --allow-unsigned: the user's explicit opt-out; with --expect-sums,
+#     SHA256SUMS must instead be one of the files the controller writes for this release —
+#     its sha256 one of HEX — after checking the manifest's signature itself: SHA256SUMS then
+#     pins the signed manifest and every file, and 3 checks them. A fleet's live-release
+#     check spares each device the signature's two ssh-keygen runs and the manifest parsing,
+#     most of this program's time);
 #  3. the sha256 of each file the signed manifest lists is the one in SHA256SUMS, and every
 #     file in DIR is listed there and matches (sha256sum -c).
 # Otherwise print one line saying why (the files that differ, for 3) and exit 1.
@@ -18,17 +20,15 @@ set -eu
 export LC_ALL=C
 dir=$1
 allow_unsigned=${2:-}
-manifest_sha256=
+expected_sums=
 case $allow_unsigned in
   ''|--allow-unsigned) ;;
-  --manifest-sha256)
-    manifest_sha256=${3:-}
+  --expect-sums)
+    expected_sums=${3:-}
     allow_unsigned=
-    case $manifest_sha256 in
-      *[!0-9a-f]*|'') echo "verify: --manifest-sha256 needs a sha256" >&2; exit 2 ;;
-    esac
-    [ ${#manifest_sha256} -eq 64 ] || { echo "verify: --manifest-sha256 needs a sha256" >&2
-                                        exit 2; } ;;
+    case ,$expected_sums, in
+      *[!0-9a-f,]*|,,|*,,*) echo "verify: --expect-sums needs sha256s" >&2; exit 2 ;;
+    esac ;;
   *) echo "verify: unknown option $allow_unsigned" >&2; exit 2 ;;
 esac
 signers=/etc/edgekit/allowed_signers
@@ -103,25 +103,27 @@ unset IFS
 set +f
 
 # 2. the signature over manifest.json
-if [ -n "$manifest_sha256" ]; then
+if [ -n "$expected_sums" ]; then
+  sums=$(sha256sum < SHA256SUMS | cut -c1-64)
+  case ,$expected_sums, in
+    *,"$sums",*) ;;
+    *) fail "SHA256SUMS is not one the controller wrote for this release" ;;
+  esac
   [ -f manifest.json.sig ] || fail "the release is not signed (no manifest.json.sig)"
-  [ "$(sha256sum < manifest.json | cut -c1-64)" = "$manifest_sha256" ] || \
-    fail "manifest.json is not the manifest the controller checked"
+  allow_unsigned=pinned      # 2 is the controller's: skip it, 3 checks every file
 fi
 if [ -z "$allow_unsigned" ]; then
-  if [ -z "$manifest_sha256" ]; then
-    [ -f manifest.json.sig ] || fail "the release is not signed (no manifest.json.sig)"
-    [ -f "$signers" ] || fail "no trusted signers on this device ($signers)"
-    command -v ssh-keygen >/dev/null 2>&1 || \
-      fail "ssh-keygen not found: cannot check the signature (install openssh-client)"
-    principal=$(ssh-keygen -Y find-principals -s manifest.json.sig -f "$signers" 2>/dev/null \
-                | head -n 1) || true
-    principal=${principal%%,*}
-    [ -n "$principal" ] || fail "signed by a key that is not in $signers"
-    ssh-keygen -Y verify -f "$signers" -I "$principal" -n edgekit-bundle -s manifest.json.sig \
-        < manifest.json >/dev/null 2>&1 || \
-      fail "manifest.json does not match its signature by $principal"
-  fi
+  [ -f manifest.json.sig ] || fail "the release is not signed (no manifest.json.sig)"
+  [ -f "$signers" ] || fail "no trusted signers on this device ($signers)"
+  command -v ssh-keygen >/dev/null 2>&1 || \
+    fail "ssh-keygen not found: cannot check the signature (install openssh-client)"
+  principal=$(ssh-keygen -Y find-principals -s manifest.json.sig -f "$signers" 2>/dev/null \
+              | head -n 1) || true
+  principal=${principal%%,*}
+  [ -n "$principal" ] || fail "signed by a key that is not in $signers"
+  ssh-keygen -Y verify -f "$signers" -I "$principal" -n edgekit-bundle -s manifest.json.sig \
+      < manifest.json >/dev/null 2>&1 || \
+    fail "manifest.json does not match its signature by $principal"
   # the signed manifest's files and their sha256s are exactly SHA256SUMS's payload lines
   signed=$(grep -o '"[^"]*" *: *"[0-9a-f]\{64\}"' manifest.json \
            | sed 's/^"\([^"]*\)" *: *"\([0-9a-f]*\)"$/\2  \1/' \

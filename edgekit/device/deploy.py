@@ -378,6 +378,19 @@ def _discard_unless_protected(conn: Transport, app: str, release: str) -> None:
             _remove_quietly(conn, layout.release_dir(app, release))
 
 
+def expected_sums(bundle: Bundle) -> tuple[str, ...]:
+    """The sha256 of the SHA256SUMS a deploy of `bundle` writes, one per module a device may
+    run (the baseline, each variant): what a live copy of the release must hold."""
+    digests = []
+    with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
+        for module in (MODULE, *(v.file for v in bundle.manifest.variants)):
+            folder = Path(tmp) / str(len(digests))
+            folder.mkdir()
+            extras = release_extras(bundle, folder, module)
+            digests.append(sha256_file(next(p for p in extras if p.name == "SHA256SUMS")))
+    return tuple(digests)
+
+
 def release_extras(bundle: Bundle, tmp: Path, module: str = MODULE) -> list[Path]:
     """run.env (what the run/bench shims execute: `module`, the bundle's module this device
     runs), the manifest's signature (if any) and SHA256SUMS over every release file."""

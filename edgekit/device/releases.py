@@ -117,24 +117,25 @@ class LiveCheck:
 
 
 # One command: read `current`; if it is the release asked about, re-check its files (verify
-# shim: names, sha256s, and manifest.json being the one the controller checked the signature
-# of). Exit 3: another release (or none) is current.
+# shim: names, and SHA256SUMS being one the controller writes for the release, then every
+# file's sha256). Exit 3: another release (or none) is current.
 _LIVE = ('cur=$(readlink "$1" 2>/dev/null) || cur=; printf "%s\\n" "$cur"; '
          '[ "$cur" = "releases/$2" ] || exit 3; '
-         'exec sh "$3/verify.sh" "$4" --manifest-sha256 "$5"')
+         'exec sh "$3/verify.sh" "$4" --expect-sums "$5"')
 
 
 def live_release(conn: Transport, app: str, release: str, shims: str,
-                 manifest_sha256: str) -> LiveCheck:
+                 expected_sums: tuple[str, ...]) -> LiveCheck:
     """Is `release` already live and intact on the device? One round trip, so an update of a
     fleet that already runs a release costs each device one command, not a deploy.
-    `manifest_sha256`: the sha256 of the release's manifest, whose signature the caller has
-    checked (the device then checks that manifest is the one it has, not the signature)."""
-    if not re.fullmatch(r"[0-9a-f]{64}", manifest_sha256):
-        raise ValueError(f"not a sha256: {manifest_sha256!r}")
+    `expected_sums`: the sha256 of each SHA256SUMS the caller would write for the release
+    (one per module a device may run), after checking the manifest's signature itself: the
+    device checks that its SHA256SUMS is one of them and that every file matches it."""
+    if not expected_sums or not all(re.fullmatch(r"[0-9a-f]{64}", d) for d in expected_sums):
+        raise ValueError(f"not sha256s: {expected_sums!r}")
     result = conn.run(["sh", "-c", _LIVE, "live", layout.current_link(app),
                        safe_name(release, "release"), shims, layout.release_dir(app, release),
-                       manifest_sha256], check=False, what="reading the current release")
+                       ",".join(expected_sums)], check=False, what="reading the current release")
     link = result.stdout.decode(errors="replace").partition("\n")[0].strip()
     current = link.rsplit("/", 1)[-1] if link else None
     if current is not None:

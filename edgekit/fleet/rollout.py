@@ -38,8 +38,8 @@ from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round, remote_manifest, run_configs
 from edgekit.config.profiles import load_target
-from edgekit.device.deploy import (Gate, deploy_bundle, preflight_target, release_id,
-                                   restore_release)
+from edgekit.device.deploy import (Gate, deploy_bundle, expected_sums, preflight_target,
+                                   release_id, restore_release)
 from edgekit.device.probe import DeviceInfo
 from edgekit.device.provision import shim_version
 from edgekit.device.releases import current_release, live_release
@@ -47,7 +47,7 @@ from edgekit.device.trust import check_signature
 from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
-from edgekit.models.bundle import MANIFEST, MODULE, VARIANTS, Bundle, load_bundle, sha256_file
+from edgekit.models.bundle import MODULE, VARIANTS, Bundle, load_bundle
 from edgekit.models.events import (BuildStarted, DeviceDone, DevicePreflight,
                                    DeviceRolledBack, DeviceStarted,
                                    DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
@@ -239,9 +239,8 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal)
     try:
         identity = Path(device.identity) if device.identity else None
         with open_device(device.address, identity) as conn:
-            bundle = _bundle_of(plan, device.target)
             live = live_release(conn, plan.app, release, layout.shims_dir(shim_version()),
-                                sha256_file(bundle.file(MANIFEST)))
+                                _sums_of(plan, device.target))
             if not known:
                 previous = live.current
             journal.write(DeviceStarted(device=name, wave=wave, previous=previous))
@@ -295,6 +294,7 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
 
 
 _loaded: dict[str, Bundle] = {}
+_sums: dict[str, tuple[str, ...]] = {}
 
 
 def _bundle_of(plan: RolloutPlan, target: str) -> Bundle:
@@ -304,6 +304,17 @@ def _bundle_of(plan: RolloutPlan, target: str) -> Bundle:
     if path not in _loaded:
         _loaded[path] = load_bundle(path)
     return _loaded[path]
+
+
+def _sums_of(plan: RolloutPlan, target: str) -> tuple[str, ...]:
+    """What a live copy of the target's release holds as SHA256SUMS (its signature was
+    checked when the rollout copied the build)."""
+    path = plan.bundles[target]
+    if path not in _sums:
+        bundle = _bundle_of(plan, target)
+        check_signature(bundle)        # a resumed rollout's copy too
+        _sums[path] = expected_sums(bundle)
+    return _sums[path]
 
 
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:
