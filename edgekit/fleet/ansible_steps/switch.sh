@@ -1,0 +1,44 @@
+#!/bin/sh
+# switch.sh APP_DIR SHIMS_DIR HOOK_TIMEOUT_S RELEASE PREVIOUS AFTER_ACTIVATE HEALTH: after the
+# controller found the outputs equal to the golden ones: journal `validated` (what `edgekit
+# fleet status` shows), switch `current` (the activate shim, unless RELEASE already is
+# current), then run the hooks (the hook shim; empty: none). A failing hook is journaled
+# (`<hook>-failed`) and `current` goes back to PREVIOUS (`rollback`; none: `deactivate`), as
+# `edgekit deploy` does; then exit 1.
+set -u
+cd "$HOME" || exit 1
+app=$1 shims=$2 timeout=$3 release=$4 previous=$5 after_activate=$6 health=$7
+journal() {
+  printf '{"ts": %s, "event": "%s", "release": "%s"}\n' "$(date +%s)" "$1" "$2" \
+    >> "$app/journal.jsonl"
+}
+rm -f "$app/.validation-ansible-$release.tar"
+journal validated "$release"
+if [ "$previous" != "$release" ]; then
+  sh "$shims/activate.sh" "$app" "$release" || exit 1
+  if [ "$(readlink "$app/current")" != "releases/$release" ]; then
+    echo "edgekit: \`current\` does not point at $release after activation" >&2
+    exit 1
+  fi
+fi
+hook() {   # hook NAME COMMAND
+  [ -n "$2" ] || return 0
+  EDGEKIT_APP=${app##*/} EDGEKIT_RELEASE=$release EDGEKIT_RELEASE_DIR=$app/releases/$release \
+    sh "$shims/hook.sh" "$timeout" "$2" </dev/null && return 0
+  code=$?
+  journal "$1-failed" "$release"
+  if [ -n "$previous" ] && [ "$previous" != "$release" ]; then
+    sh "$shims/verify.sh" "$app/releases/$previous" &&
+      sh "$shims/activate.sh" "$app" "$previous" && journal rollback "$previous"
+    back="\`current\` is back on $previous"
+  elif [ -z "$previous" ]; then
+    rm -f "$app/current" && journal deactivate ""
+    back="the app has no current release again"
+  else
+    back="$release stays current (it was before)"
+  fi
+  echo "edgekit: the $1 hook exited with $code; $back" >&2
+  exit 1
+}
+hook after_activate "$after_activate"
+hook health "$health"
