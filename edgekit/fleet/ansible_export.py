@@ -410,7 +410,7 @@ def _max_fail_percentage(max_fail, wave_size: int) -> float:
 
 def _play(device: _DeviceSide, number: int, size: int, max_fail, hooks) -> dict:
     d = device
-    incoming = f"~/{INCOMING}"
+    incoming = "{{ edgekit.home }}/" + INCOMING     # the device's $HOME: no `echo ~` session
     outputs_tar = "{{ playbook_dir }}/" + OUTPUTS + \
         "/{{ inventory_hostname }}/{{ edgekit_release }}.tar"
     state = d.step("state", d.app_dir, d.shims, d.runtime_prefix, _shim_sums(),
@@ -431,8 +431,8 @@ def _play(device: _DeviceSide, number: int, size: int, max_fail, hooks) -> dict:
                                        templated=("edgekit_samples", "edgekit_release",
                                                   "edgekit.arch"))},
         {"name": "fetch the outputs",
-         "ansible.builtin.fetch": {"src": f"~/{d.app_dir}/.validation-ansible-"
-                                          "{{ edgekit_release }}.tar",
+         "ansible.builtin.fetch": {"src": "{{ edgekit.home }}/" + d.app_dir +
+                                          "/.validation-ansible-{{ edgekit_release }}.tar",
                                    "dest": outputs_tar, "flat": True}},
         {"name": "compare with the golden outputs (on the controller)",
          "ansible.builtin.command": {"argv": [

@@ -44,6 +44,7 @@ if [ -f "$incoming/payload.tar.gz" ]; then
   fi
   rm -rf "$staging" "$app/.trash-$tag" "$incoming/payload.tar.gz"
 fi
+rmdir "$incoming" 2>/dev/null || true
 out=$app/.validation-$tag
 rm -rf "$out"
 mkdir -p "$out"
