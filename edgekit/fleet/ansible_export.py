@@ -24,8 +24,8 @@ when it is not already there, verified), the device-side steps are one `raw` ses
 
 Nothing from the fleet or recipe files is evaluated by Ansible: the inventory is YAML (each
 value one quoted scalar; identity paths are plain path characters), hook commands are written
-`!unsafe`, so Jinja in them reaches the device's shell as text, and the device-side programs
-are written inside `{% raw %}`. What a device prints back is used only on that device, or
+as octal escapes that the device decodes (Jinja in them reaches the device's shell as text),
+and the device-side programs are written inside `{% raw %}`. What a device prints back is used only on that device, or
 looked up in a table (its arch), never as a controller path.
 
 `--out` is edgekit's: `.edgekit-export.json` lists every file an export wrote, with its
@@ -336,11 +336,6 @@ def _inventory_identity(device, source: str) -> str:
     return device.identity
 
 
-class Unsafe(str):
-    """A string Ansible must not template (written with the `!unsafe` tag): hook commands
-    come from recipe and fleet files, and Jinja in them would run on the controller."""
-
-
 class _PlaybookDumper(yaml.SafeDumper):
     pass
 
@@ -349,9 +344,6 @@ def _block(value: str) -> str | None:
     return "|" if "\n" in value else None   # programs read as programs, not escaped lines
 
 
-_PlaybookDumper.add_representer(
-    Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value),
-                                                          style=_block(value)))
 _PlaybookDumper.add_representer(
     str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value,
                                                        style=_block(value)))
@@ -394,6 +386,12 @@ def _program(name: str) -> str:
     while lines and lines[0].startswith("#"):
         lines.pop(0)
     return "".join(lines)
+
+
+def _octal(command: str | None) -> str:
+    """A hook command as `printf %b` reads it back, byte for byte (switch.sh): digits and
+    backslashes only, so no Jinja, quoting or YAML can change the user's text on its way."""
+    return "".join(f"\\0{byte:03o}" for byte in (command or "").encode())
 
 
 def _shim_sums() -> str:
@@ -440,11 +438,9 @@ def _play(device: _DeviceSide, number: int, size: int, max_fail, hooks) -> dict:
              "{{ playbook_dir }}/files/releases/{{ edgekit_release_src }}", outputs_tar]},
          "delegate_to": "localhost", "register": "edgekit_check", "changed_when": False},
         {"name": "journal the validation, activate (atomic rename of `current`), run the hooks",
-         "ansible.builtin.command": {"argv": [
-             "sh", "-c", Unsafe(_program("switch")), "edgekit-switch",
-             d.app_dir, d.shims, f"{hooks.timeout_s:g}", "{{ edgekit_release }}",
-             "{{ edgekit.previous }}", Unsafe(hooks.after_activate or ""),
-             Unsafe(hooks.health or "")]},
+         "ansible.builtin.raw": d.step("switch", d.app_dir, d.shims, f"{hooks.timeout_s:g}",
+                                       _octal(hooks.after_activate), _octal(hooks.health),
+                                       templated=("edgekit_release", "edgekit.previous")),
          **({"timeout": int(2 * (hooks.timeout_s + HOOK_GRACE_S))}
             if hooks.after_activate or hooks.health else {})},
     ]

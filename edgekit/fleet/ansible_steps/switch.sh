@@ -1,13 +1,17 @@
 #!/bin/sh
-# switch.sh APP_DIR SHIMS_DIR HOOK_TIMEOUT_S RELEASE PREVIOUS AFTER_ACTIVATE HEALTH: after the
-# controller found the outputs equal to the golden ones: journal `validated` (what `edgekit
-# fleet status` shows), switch `current` (the activate shim, unless RELEASE already is
-# current), then run the hooks (the hook shim; empty: none). A failing hook is journaled
+# switch.sh APP_DIR SHIMS_DIR HOOK_TIMEOUT_S AFTER_ACTIVATE HEALTH RELEASE PREVIOUS: after
+# the controller found the outputs equal to the golden ones: journal `validated` (what
+# `edgekit fleet status` shows), switch `current` (the activate shim, unless RELEASE already is
+# current), then run the hooks (the hook shim; empty: none). The hook commands come as
+# `printf %b` octal escapes (\0NNN per byte): the playbook never holds the user's text, so
+# neither Ansible's templating nor the quoting can change it. A failing hook is journaled
 # (`<hook>-failed`) and `current` goes back to PREVIOUS (`rollback`; none: `deactivate`), as
 # `edgekit deploy` does; then exit 1.
 set -u
 cd "$HOME" || exit 1
-app=$1 shims=$2 timeout=$3 release=$4 previous=$5 after_activate=$6 health=$7
+app=$1 shims=$2 timeout=$3 release=$6 previous=$7
+after_activate=$(printf '%b' "$4")
+health=$(printf '%b' "$5")
 journal() {
   printf '{"ts": %s, "event": "%s", "release": "%s"}\n' "$(date +%s)" "$1" "$2" \
     >> "$app/journal.jsonl"
