@@ -367,8 +367,9 @@ class _DeviceSide:
         return layout.shims_dir(shim_version())
 
     @property
-    def runtime_prefix(self) -> str:       # + arch = layout.runtime_dir(version, arch)
-        return layout.runtime_dir(self.version, "x")[:-1]
+    def runtime_prefix(self) -> str:
+        """layout.runtime_dir(version, arch) without the arch, which the device tells."""
+        return layout.runtime_dir(self.version, "arch").removesuffix("arch")
 
     def step(self, name: str, *constants: str, templated: tuple[str, ...] = ()) -> str:
         """A `raw` command running ansible_steps/NAME.sh (`sh -s`, the program on stdin as a
