@@ -37,7 +37,7 @@ fetches device outputs to, is the playbook's and is left alone.
 from __future__ import annotations
 
 import gzip
-import hashlib
+import io
 import json
 import os
 import re
@@ -96,7 +96,7 @@ class AnsibleExport:
 @dataclass(frozen=True)
 class _Release:
     release: str
-    folder: str           # files/releases/<folder>, files/payload/<folder>.tar.gz
+    folder: str           # files/releases/<folder>, files/payload/<folder>.run
     samples: int          # validation samples (the golden one first)
 
 
@@ -125,7 +125,7 @@ def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
             check_signature(bundle)
             folder = f"{index}-{safe_name(Path(target).stem, 'target')}"
             _write_release(bundle, files / "releases" / folder)
-            _write_archive(files / "payload" / f"{folder}.tar.gz",
+            _write_carrier(files / "payload" / f"{folder}.run", "payload.tar.gz",
                            _payload_members(files / "releases" / folder))
             releases[target] = _Release(release_id(bundle), folder,
                                         1 + len(bundle.manifest.more_golden))
@@ -135,7 +135,7 @@ def export_ansible(fleet_path: Path, recipe_path: Path, out: Path,
         runtime_sums = []
         for arch in sorted(arches):
             tools = runtime_tools(arch, version)
-            _write_archive(files / "runtime" / f"iree-{version}-{arch}.tar.gz",
+            _write_carrier(files / "runtime" / f"iree-{version}-{arch}.run", "runtime.tar.gz",
                            [(tools / tool, tool, 0o755) for tool in TOOLS])
             runtime_sums += [f"{arch} {sha256_file(tools / tool)}  {tool}" for tool in TOOLS]
 
@@ -271,19 +271,32 @@ def _payload_members(release: Path) -> list[tuple[Path, str, int]]:
     return members
 
 
-def _write_archive(path: Path, members: Iterable[tuple[Path, str, int]]) -> None:
-    """A .tar.gz of regular files only (no directories, links or owners): the same inputs
-    give the same bytes, so an unchanged export stays unchanged."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
+def _write_carrier(path: Path, name: str, members: Iterable[tuple[Path, str, int]]) -> None:
+    """A shell program carrying a .tar.gz of regular files (no directories, links or owners;
+    the same inputs give the same bytes): run by Ansible's `script` module, it writes the
+    archive to INCOMING/`name` on the device. `script` sends one file without a Python module
+    on the device; `copy` costs a stat and a copy module run, and more SSH sessions."""
+    archive = io.BytesIO()
+    with gzip.GzipFile(fileobj=archive, mode="wb", mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for source, name, mode in members:
-            info = tarfile.TarInfo(name)
+        for source, member, mode in members:
+            info = tarfile.TarInfo(member)
             info.size = source.stat().st_size
             info.mode = mode
             info.mtime = int(source.stat().st_mtime)
             with source.open("rb") as f:
                 tar.addfile(info, f)
+    head = ("#!/bin/sh\n"
+            "# written by `edgekit fleet export-ansible`: the archive after the line `exit 0`\n"
+            "set -eu\n"
+            'cd "$HOME"\n'
+            f"mkdir -p {INCOMING}\n"
+            f'tail -c +{{offset:010d}} "$0" > {INCOMING}/{name}.partial\n'
+            f"mv -f {INCOMING}/{name}.partial {INCOMING}/{name}\n"
+            "exit 0\n")
+    offset = len(head.format(offset=0).encode()) + 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(head.format(offset=offset).encode() + archive.getvalue())
 
 
 def _write_inventory(path: Path, waves, releases: dict[str, _Release], source: str) -> None:
@@ -409,7 +422,6 @@ def _max_fail_percentage(max_fail, wave_size: int) -> float:
 
 def _play(device: _DeviceSide, number: int, size: int, max_fail, hooks) -> dict:
     d = device
-    incoming = "{{ edgekit.home }}/" + INCOMING     # the device's $HOME: no `echo ~` session
     outputs_tar = "{{ playbook_dir }}/" + OUTPUTS + \
         "/{{ inventory_hostname }}/{{ edgekit_release }}.tar"
     state = d.step("state", d.app_dir, d.shims, d.runtime_prefix, _shim_sums(),
@@ -417,13 +429,13 @@ def _play(device: _DeviceSide, number: int, size: int, max_fail, hooks) -> dict:
                    templated=("edgekit_release",))
     steps = [
         {"name": "send the IREE runtime tools (absent or different on the device)",
-         "ansible.builtin.copy": {"src": "{{ edgekit_runtimes[edgekit.arch] }}",
-                                  "dest": f"{incoming}/runtime.tar.gz", "mode": "0600"},
+         "ansible.builtin.script": {"cmd": "{{ edgekit_runtimes[edgekit.arch] | quote }}",
+                                    "executable": "sh"},
          "when": "not edgekit.runtime"},
         {"name": "send the release, shims and trusted signers (one archive)",
-         "ansible.builtin.copy": {"src": "{{ playbook_dir }}/files/payload/"
-                                         "{{ edgekit_release_src }}.tar.gz",
-                                  "dest": f"{incoming}/payload.tar.gz", "mode": "0600"},
+         "ansible.builtin.script": {"cmd": "{{ (playbook_dir ~ '/files/payload/' ~ "
+                                           "edgekit_release_src ~ '.run') | quote }}",
+                                    "executable": "sh"},
          "when": "not edgekit.payload"},
         {"name": "verify, put in place and run the validation samples on the device",
          "ansible.builtin.raw": d.step("install", d.app_dir, d.shims, d.runtime_prefix,
@@ -462,7 +474,7 @@ def _play(device: _DeviceSide, number: int, size: int, max_fail, hooks) -> dict:
         "vars": {
             "edgekit": "{{ edgekit_state.stdout | from_json }}",
             "edgekit_runtimes": {arch: f"{{{{ playbook_dir }}}}/files/runtime/"
-                                       f"iree-{d.version}-{arch}.tar.gz" for arch in d.arches},
+                                       f"iree-{d.version}-{arch}.run" for arch in d.arches},
         },
         "tasks": [
             {"name": "what the device has (arch, current release, runtime, release)",
