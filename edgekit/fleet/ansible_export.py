@@ -14,13 +14,14 @@ hooks; any failure puts the previous release back on that device (block/rescue).
 gate and the rollback of other devices on a halt stay with `edgekit fleet update`. Host keys:
 the playbook trusts only edgekit's pinned keys.
 
-Cost per device (measured on lab devices, README "Fleets"): Ansible's `copy` of a directory
-costs six SSH sessions *per file* (home lookup, temp dir, stat, copy module, clean-up), and
-each task at least one; the first export copied ~20 files in four directory copies and ran
-15 tasks: 23 s per device against 3-4 s for `fleet update`. Here the device gets at most two
-archives (the runtime only when its tools differ, the release with its shims and signers only
-when it is not already there, verified), the device-side steps are one `raw` session each
-(ansible_steps/*.sh: no Python module, no temp dir), and the outputs come back as one tar.
+Cost (measured on x86_64 lab devices, README "Fleets"): Ansible's `copy` of a directory costs
+six SSH sessions and two Python module runs *per file*, and each task at least one session;
+the first export copied ~20 files in four directory copies and ran 15 tasks: a wave of 8
+devices took 122 s (98 s of it copying) against 8.6 s for `fleet update`. Here a device gets at
+most two archives, each a self-extracting shell program run by `script` (the runtime only when
+its tools differ, the release with its shims and signers only when it is not already there,
+verified), edgekit's device-side steps are one `raw` session each (ansible_steps/*.sh: no
+Python module, no temp dir), and the outputs come back as one tar: 14.4 s for that wave.
 
 Nothing from the fleet or recipe files is evaluated by Ansible: the inventory is YAML (each
 value one quoted scalar; identity paths are plain path characters), hook commands are written
