@@ -74,6 +74,7 @@ FILES = "files"
 OUTPUTS = "outputs"       # the playbook's: device outputs fetched for the comparison
 STEPS = Path(__file__).with_name("ansible_steps")
 INCOMING = f"{layout.ROOT}/.incoming-ansible"    # where the two archives land on the device
+KEEP_RELEASES = 3     # activated releases kept on a device, as `edgekit fleet update --keep`
 
 
 @dataclass(frozen=True)
@@ -453,7 +454,8 @@ def _play(device: _DeviceSide, number: int, size: int, max_fail, hooks) -> dict:
          "delegate_to": "localhost", "register": "edgekit_check", "changed_when": False},
         {"name": "journal the validation, activate (atomic rename of `current`), run the hooks",
          "ansible.builtin.raw": d.step("switch", d.app_dir, d.shims, f"{hooks.timeout_s:g}",
-                                       _octal(hooks.after_activate), _octal(hooks.health),
+                                       str(KEEP_RELEASES), _octal(hooks.after_activate),
+                                       _octal(hooks.health),
                                        templated=("edgekit_release", "edgekit.previous")),
          **({"timeout": int(2 * (hooks.timeout_s + HOOK_GRACE_S))}
             if hooks.after_activate or hooks.health else {})},

@@ -199,3 +199,30 @@ def test_check_outputs_compares_every_sample_and_reads_only_expected_names(tmp_p
     (device / "torn.tar").write_bytes((device / "ok.tar").read_bytes()[:700])
     torn = check_outputs(v1.path, device / "torn.tar")
     assert not torn.ok
+
+
+def test_the_switch_step_prunes_releases_as_edgekit_deploy_does(tmp_path):
+    """`current`, the rollback target and the newest KEEP activated releases stay; the real
+    activate shim journals each switch."""
+    from edgekit.device.probe import SHIMS
+    from edgekit.fleet.ansible_export import KEEP_RELEASES, STEPS
+    home = tmp_path / "home"
+    app = ".edgekit/apps/a"
+    shims = home / ".edgekit" / "shims" / "s"
+    shims.mkdir(parents=True)
+    for shim in SHIMS.glob("*.sh"):
+        (shims / shim.name).write_bytes(shim.read_bytes())
+    names = [f"r{i}" for i in range(1, 6)]
+    for name in names:
+        (home / app / "releases" / name).mkdir(parents=True)
+    env = {**os.environ, "HOME": str(home)}
+    for name in ["r1", "r2", "r1", "r3", "r4"]:      # r1 twice: counted by its last activation
+        subprocess.run(["sh", str(shims / "activate.sh"), app, name], cwd=home, env=env,
+                       check=True)
+    switch = subprocess.run(["sh", str(STEPS / "switch.sh"), app, ".edgekit/shims/s", "10",
+                             str(KEEP_RELEASES), "", "", "r5", "r4"], cwd=home, env=env,
+                            capture_output=True, text=True)
+    assert switch.returncode == 0, switch.stderr
+    assert current_of(home, "a") == "r5"
+    assert {p.name for p in (home / app / "releases").iterdir()} == {"r5", "r4", "r3"}
+    assert device_journal(home, "a")[-2:] == [("validated", "r5"), ("activate", "r5")]
