@@ -10,7 +10,7 @@ playbook when a play breaks). Per device, the steps of `edgekit deploy`: verify 
 checksums in staging, put the release in place, run every validation sample from its own
 directory, compare the outputs on the controller (`edgekit fleet check-outputs`), journal
 `validated` or `rejected` on the device (what `edgekit fleet status` shows), activate, run the
-hooks; any failure puts the previous release back on that device (block/rescue). The latency
+hooks, prune; any failure puts the previous release back on that device (block/rescue). The latency
 gate and the rollback of other devices on a halt stay with `edgekit fleet update`. Host keys:
 the playbook trusts only edgekit's pinned keys.
 
