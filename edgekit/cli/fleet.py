@@ -211,21 +211,16 @@ def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str |
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def fleet_check_outputs(release: Path, outputs: Path, as_json: bool) -> None:
-    """Compare a device's output_<i>.npy files with a release's golden outputs (what the
-    exported Ansible playbook runs on the controller). Exit 8 when they differ."""
+    """Compare a device's outputs (the exported playbook's tar, or a directory:
+    sample_<k>/output_<i>.npy) with every validation sample of a release's golden outputs
+    (what the exported Ansible playbook runs on the controller). Exit 8 when they differ."""
     from edgekit.errors import ValidationFailed
-    from edgekit.models.bundle import load_bundle
-    from edgekit.validate.compare import compare_output_files
-    from edgekit.validate.outputs import output_file
-    with load_bundle(release) as bundle:
-        bundle.verify()
-        files = [outputs / output_file(i, o.dtype)
-                 for i, o in enumerate(bundle.manifest.outputs)]
-        report = compare_output_files(bundle, files, where=outputs.name)
+    from edgekit.fleet.outputs_check import check_outputs
+    report = check_outputs(release, outputs)
     if as_json:
         render.emit_json(report.model_dump(mode="json"))
     else:
         render.validation_table(report)
     if not report.ok:
-        raise ValidationFailed(f"outputs from {outputs.name} differ from the golden outputs",
+        raise ValidationFailed(f"outputs from {report.where} differ from the golden outputs",
                                report=report)
