@@ -156,7 +156,6 @@ def ssh_setup(args) -> dict:
     1,000 and 2,000 (paramiko's reader, the peer)."""
     import paramiko
 
-    from edgekit.config.address import parse_address
     from edgekit.config.devices import resolve_device
     from edgekit.config.paths import known_hosts_path
     from edgekit.transport.ssh import connect
