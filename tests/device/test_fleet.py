@@ -163,7 +163,8 @@ def test_the_latency_gate_catches_a_deliberately_slow_build(twenty, write_recipe
     assert proc.returncode == 0, proc.stderr
     slow_targets = {d.name: str(tmp_path / "x86-generic.yaml") for d in devices}
     fleet = fleet_file(tmp_path, devices, targets=slow_targets,
-                       rollout="{canary: 1, waves: [100%], max_p90_ratio: 1.5}")
+                       rollout="{canary: 1, waves: [100%], max_p90_ratio: 1.5, "
+                               "gate_shared_cpus: true}")   # lab devices: this machine's CPUs
     proc, result = update(fleet, fast, "--rollback-on-halt")
     assert proc.returncode == 17, proc.stderr
     canary = result["devices"][0]
