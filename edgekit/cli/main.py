@@ -20,8 +20,8 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.errors import BenchRegression, EdgekitError, LoweringError, NotBuildable, \
-    ValidationFailed
+from edgekit.errors import BenchRegression, EdgekitError, Interrupted, LoweringError, \
+    NotBuildable, ValidationFailed
 
 
 def handle_errors(fn):
@@ -33,6 +33,7 @@ def handle_errors(fn):
     """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _changing_nothing()
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module="torch")
         try:
@@ -44,12 +45,57 @@ def handle_errors(fn):
             if _debug():
                 _print_traceback(exc)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            # before click's "Aborted!" (exit 1): one line, the shell's 130
+            exc = interrupted(_device_step, _command_path())
+            render.err.print("[red]interrupted:[/] " + escape(str(exc)), highlight=False,
+                             soft_wrap=True)
+            sys.exit(exc.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own: usage errors, --help, a declined confirm
         except Exception as exc:
             _report_unexpected(exc)
             sys.exit(EdgekitError.exit_code)  # "other error"
     return wrapper
+
+
+# Commands that change no device, or that say when they start to (`_changing`): Ctrl-C in
+# them says "nothing was changed on a device" unless a changing step was in flight.
+NOTHING_CHANGED_UNLESS_SAID = frozenset({
+    "build", "validate", "check", "schema", "targets list", "targets show", "targets derive",
+    "probe", "releases", "devices list", "devices trust", "lab status", "bench compare",
+    "bench history", "bench report", "completion", "toolchains list", "toolchains install",
+    "deploy", "rollback", "provision"})
+# The step that changes a device while it runs, and how to see what it left: Ctrl-C's line.
+_device_step: tuple[str, str] | None = None
+SWITCH_HINT = ("a release becomes current in one atomic rename: the device runs the release it "
+               "ran before or the new one; `edgekit releases HOST --app APP` shows which")
+
+
+def _changing(step: str, hint: str = SWITCH_HINT) -> None:
+    global _device_step
+    _device_step = (step, hint)
+
+
+def _changing_nothing() -> None:
+    global _device_step
+    _device_step = None
+
+
+def interrupted(step: tuple[str, str] | None, command: str) -> Interrupted:
+    """What Ctrl-C stopped, as far as this process knows: `step` (what, hint) changes a device
+    (None: none had started), `command` the subcommand's path ("deploy", "fleet update")."""
+    if step is not None:
+        return Interrupted(f"{step[0]} was in flight", hint=step[1])
+    if command in NOTHING_CHANGED_UNLESS_SAID:
+        return Interrupted("nothing was changed on a device")
+    return Interrupted(f"`edgekit {command}` may have been changing a device",
+                       hint="`edgekit releases HOST --app APP` shows what is current there")
+
+
+def _command_path() -> str:
+    ctx = click.get_current_context(silent=True)
+    return ctx.command_path.partition(" ")[2] if ctx else ""
 
 
 def _debug() -> bool:
@@ -329,12 +375,17 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
                             identity=identity, keep=keep, use_cache=not no_cache,
                             allow_unsigned=allow_unsigned, trust_pickle=trust_pickle,
                             cpu_fallback=cpu_fallback)
+    def stage(name: str, show=None) -> None:
+        if name not in DEPLOY_STAGES_THAT_READ:
+            _changing(f"the deploy's {name} step on {host}")
+        if show:
+            show(f"{name}…")
     try:
         if as_json:
-            result = run_deploy(options)
+            result = run_deploy(options, on_stage=stage)
         else:
             with render.steps("deploying…") as status:
-                result = run_deploy(options, on_stage=lambda n: status.update(f"{n}…"))
+                result = run_deploy(options, on_stage=lambda n: stage(n, status.update))
     except ValidationFailed as exc:
         # where it goes wrong: bisect rebuilds from the recipe, or from the bundle's manifest
         # (its model source must be on this machine; bisect says so otherwise)
@@ -355,6 +406,10 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
         render.emit_json(render.deploy_json(result))
     else:
         render.deploy_summary(result)
+
+
+# deploy's stages (api.deploy, device.deploy) that change nothing on the device
+DEPLOY_STAGES_THAT_READ = frozenset({"build", "connect and preflight", "preflight"})
 
 
 @cli.command()
@@ -391,7 +446,10 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
         load_target(target)
     with _connecting(host), open_device(host, identity) as conn:
         address = conn.where
-        result = run_provision(conn, run_probe(conn))
+        info = run_probe(conn)
+        _changing(f"provisioning {host}", hint=f"`edgekit provision {host}` again installs "
+                  "what is missing and checks it by running it")
+        result = run_provision(conn, info)
     state = (f"installed {len(result.uploaded)} file(s), {result.uploaded_bytes:,} bytes"
              if result.uploaded else "already up to date")
     render.out.print(f"{address}: runtime {result.runtime_dir}, shims {result.shims_dir}: "
@@ -441,6 +499,7 @@ def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None
     with _connecting(host), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
+        _changing(f"the rollback of {app} on {host}")
         if needs_provisioning(info):
             run_provision(conn, info)
         before, after = run_rollback(conn, app, shims_dir(shim_version()), to)
