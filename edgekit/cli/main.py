@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import render
+from edgekit.cli import complete, render
 from edgekit.errors import BenchRegression, EdgekitError, Interrupted, LoweringError, \
     NotBuildable, ValidationFailed
 
@@ -162,8 +162,9 @@ ALLOW_UNSIGNED = click.option(
 
 @cli.command()
 @click.option("--recipe", "recipe", required=True, type=click.Path(path_type=Path),
-              help="recipe YAML")
-@click.option("--target", "target", required=True, help="target profile name or YAML path")
+              help="recipe YAML", shell_complete=complete.recipes)
+@click.option("--target", "target", required=True, help="target profile name or YAML path",
+              shell_complete=complete.targets)
 @click.option("--out", type=click.Path(path_type=Path), help="bundle directory "
               "[default: build/<app>-<target>]")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
@@ -173,7 +174,8 @@ ALLOW_UNSIGNED = click.option(
 @click.option("--compare-quantization", is_flag=True, help="build fp32, int8 (with the "
               "recipe's calibration), int8-weights and fp16; report size, accuracy, latency")
 @click.option("--host", help="with --compare-quantization: validate and time the variants on "
-              "this device (never activated, removed afterwards)")
+              "this device (never activated, removed afterwards)",
+              shell_complete=complete.devices)
 @IDENTITY
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -209,10 +211,12 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
 
 @cli.command()
 @click.option("--recipe", type=click.Path(path_type=Path),
-              help="recipe YAML [default: the MobileNetV2-like example]")
+              help="recipe YAML [default: the MobileNetV2-like example]",
+              shell_complete=complete.recipes)
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64",
               show_default=True, help="the lab device to start (aarch64: a Pi under qemu)")
-@click.option("--target", help="target profile [default: host for x86_64, rpi4 for aarch64]")
+@click.option("--target", help="target profile [default: host for x86_64, rpi4 for aarch64]",
+              shell_complete=complete.targets)
 @handle_errors
 def demo(recipe: Path | None, arch: str, target: str | None) -> None:
     """Start a lab device, deploy an example to it, validate on it, report, stop it."""
@@ -278,7 +282,7 @@ def targets_list(as_json: bool) -> None:
 
 
 @targets.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.targets)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def targets_show(name: str, as_json: bool) -> None:
@@ -317,7 +321,8 @@ def schema(kind: str) -> None:
 
 @cli.command()
 @click.argument("model")
-@click.option("--target", default="host", show_default=True, help="target profile")
+@click.option("--target", default="host", show_default=True, help="target profile",
+              shell_complete=complete.targets)
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True)
 @WIDE
@@ -351,9 +356,11 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("bundle", required=False, type=click.Path(path_type=Path))
-@click.option("--target", help="target profile name or YAML path (with --recipe)")
-@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML, built first")
-@click.option("--host", required=True, help=HOST_HELP)
+@click.option("--target", help="target profile name or YAML path (with --recipe)",
+              shell_complete=complete.targets)
+@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML, built first",
+              shell_complete=complete.recipes)
+@click.option("--host", required=True, help=HOST_HELP, shell_complete=complete.devices)
 @IDENTITY
 @click.option("--keep", default=3, show_default=True, help="releases kept on the device")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
@@ -413,7 +420,7 @@ DEPLOY_STAGES_THAT_READ = frozenset({"build", "connect and preflight", "prefligh
 
 
 @cli.command()
-@click.argument("host")
+@click.argument("host", shell_complete=complete.devices)
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
 @WIDE
@@ -432,8 +439,9 @@ def probe(host: str, identity: Path | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("host")
-@click.option("--target", help="(informational) the profile you will deploy")
+@click.argument("host", shell_complete=complete.devices)
+@click.option("--target", help="(informational) the profile you will deploy",
+              shell_complete=complete.targets)
 @IDENTITY
 @handle_errors
 def provision(host: str, target: str | None, identity: Path | None) -> None:
@@ -457,7 +465,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
 
 
 @cli.command()
-@click.argument("host")
+@click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
@@ -479,7 +487,7 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("host")
+@click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @click.option("--to", "to", help="release id [default: the one activated before current]")
 @IDENTITY
@@ -512,7 +520,7 @@ def devices() -> None:
 
 
 @devices.command("trust")
-@click.argument("host")
+@click.argument("host", shell_complete=complete.devices)
 @click.option("--fingerprint", help="pin only if the device's key has this SHA256 fingerprint")
 @click.option("--replace", is_flag=True, help="replace a pinned key (device re-imaged)")
 @click.option("--yes", is_flag=True, help="do not ask")
@@ -633,7 +641,7 @@ def bench() -> None:
 
 
 @bench.command("run")
-@click.argument("hosts", nargs=-1)
+@click.argument("hosts", nargs=-1, shell_complete=complete.devices)
 @click.option("--lab", "all_lab", is_flag=True, help="every running lab device")
 @click.option("--app", help="bench the app's current release")
 @click.option("--bundle", type=click.Path(path_type=Path), help="deploy this bundle, bench it")
@@ -779,6 +787,21 @@ def bench_report(app: str | None, html: Path) -> None:
     comparisons = [c for c in compare_latest() if app is None or c.app == app]
     _write_html(html, results, comparisons)
     render.out.print(f"report: {html} ({len(results)} results)")
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(complete.SHELLS))
+@handle_errors
+def completion(shell: str) -> None:
+    """Print the shell completion script: commands, options, target names, registered devices
+    and recipe paths complete on TAB.
+
+    \b
+    bash: echo 'eval "$(edgekit completion bash)"' >> ~/.bashrc
+    zsh:  echo 'eval "$(edgekit completion zsh)"' >> ~/.zshrc
+    fish: edgekit completion fish > ~/.config/fish/completions/edgekit.fish
+    """
+    sys.stdout.write(complete.script(cli, shell))
 
 
 # command groups in their own modules register themselves on `cli`

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import render
+from edgekit.cli import complete, render
 from edgekit.cli.main import HOST_HELP, WIDE, cli, handle_errors
 
 
@@ -16,10 +16,12 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 
 
 @cli.command()
-@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
-@click.option("--target", required=True, help="target profile name or YAML path")
+@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML",
+              shell_complete=complete.recipes)
+@click.option("--target", required=True, help="target profile name or YAML path",
+              shell_complete=complete.targets)
 @click.option("--host", help="measure on this device (" + HOST_HELP + "); needed for targets "
-              "this machine cannot run")
+              "this machine cannot run", shell_complete=complete.devices)
 @click.option("--identity", type=click.Path(path_type=Path), help="private key for --host")
 @click.option("--lowerings", help="e.g. tosa,linalg [default: the profile's]")
 @click.option("--flag-sets", help="names from the profile's tune.flag_sets [default: all]")
