@@ -145,6 +145,12 @@ def cli(debug: bool) -> None:
     """Take a PyTorch model to edge devices and prove it runs there, correctly and fast."""
 
 
+def examples(*lines: str) -> str:
+    """A command's "Examples:" section (its --help epilog): one command a line, kept as
+    written (click's \\b), each short enough for 80 columns."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 TRUST_PICKLE = click.option("--trust-pickle", is_flag=True,
                             help="load a .pt2 model although torch.export.load unpickles it "
                                  "(it can run code): only for files you made or trust")
@@ -160,7 +166,10 @@ ALLOW_UNSIGNED = click.option(
          "(recorded in the device's journal)")
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit build --recipe recipes/kws_mlp.yaml --target rpi4",
+    "edgekit build --recipe recipes/kws_mlp.yaml --target host --tar",
+    "edgekit build --recipe r.yaml --target rpi4 --compare-quantization"))
 @click.option("--recipe", "recipe", required=True, type=click.Path(path_type=Path),
               help="recipe YAML", shell_complete=complete.recipes)
 @click.option("--target", "target", required=True, help="target profile name or YAML path",
@@ -231,7 +240,9 @@ def demo(recipe: Path | None, arch: str, target: str | None) -> None:
     render.out.print(f"stopped {result.device}")
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit validate build/kws-mlp-host",
+    "edgekit validate build/kws-mlp-host.tar --json"))
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--local", is_flag=True,
               help="run on this machine: the only mode, accepted for old scripts (device "
@@ -281,7 +292,9 @@ def targets_list(as_json: bool) -> None:
     render.out.print(table)
 
 
-@targets.command("show")
+@targets.command("show", epilog=examples(
+    "edgekit targets show rpi4",
+    "edgekit targets show targets/my-board.yaml --json"))
 @click.argument("name", shell_complete=complete.targets)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
@@ -354,7 +367,10 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit deploy build/kws-mlp-rpi4 --host lab-aarch64-1",
+    "edgekit deploy --recipe recipes/kws_mlp.yaml --target rpi4 --host HOST",
+    "edgekit deploy build/kws-mlp-host.tar --host lab-x86_64-1 --json"))
 @click.argument("bundle", required=False, type=click.Path(path_type=Path))
 @click.option("--target", help="target profile name or YAML path (with --recipe)",
               shell_complete=complete.targets)
@@ -419,7 +435,9 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
 DEPLOY_STAGES_THAT_READ = frozenset({"build", "connect and preflight", "preflight"})
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit probe lab-aarch64-1",
+    "edgekit probe pi@192.0.2.10:2222 --identity ~/.ssh/id_ed25519 --json"))
 @click.argument("host", shell_complete=complete.devices)
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
@@ -486,7 +504,9 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     render.releases_table(device_label(host), app, infos)
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit rollback pi@192.0.2.10 --app kws-mlp",
+    "edgekit rollback lab-aarch64-1 --app kws-mlp --to RELEASE  # see `releases`"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @click.option("--to", "to", help="release id [default: the one activated before current]")
@@ -569,7 +589,10 @@ def lab() -> None:
     """Emulated devices: real sshd on 127.0.0.x (x86_64 with llvmpipe; aarch64 under qemu)."""
 
 
-@lab.command("up")
+@lab.command("up", epilog=examples(
+    "edgekit lab up                            # lab-x86_64-1",
+    "edgekit lab up --arch aarch64 --count 2   # two Raspberry Pi 4 stand-ins",
+    "edgekit lab up --name bench-box --json"))
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64",
               show_default=True)
 @click.option("--count", type=click.IntRange(1, 32),
@@ -635,7 +658,11 @@ class DefaultCommandGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@cli.group(cls=DefaultCommandGroup)
+@cli.group(cls=DefaultCommandGroup, epilog=examples(
+    "edgekit bench lab-aarch64-1 --app kws-mlp --threads 1,2",
+    "edgekit bench --lab --bundle build/kws-mlp-host --html report.html",
+    "edgekit bench compare      # newest vs previous release; exit 9 if slower",
+    "edgekit bench report --html report.html"))
 def bench() -> None:
     """Benchmark deployed models on devices; compare and report (`bench HOST … --app A`)."""
 

@@ -8,14 +8,17 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import complete, render
-from edgekit.cli.main import HOST_HELP, WIDE, cli, handle_errors
+from edgekit.cli.main import HOST_HELP, WIDE, cli, examples, handle_errors
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit tune --recipe recipes/resnet18.yaml --target host   # measure here",
+    "edgekit tune --recipe recipes/kws_mlp.yaml --target rpi4 --host HOST",
+    "edgekit tune --recipe recipes/resnet18.yaml --target host --dispatches 3"))
 @click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML",
               shell_complete=complete.recipes)
 @click.option("--target", required=True, help="target profile name or YAML path",
