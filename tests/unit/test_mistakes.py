@@ -100,6 +100,21 @@ def test_a_recipe_shape_the_onnx_model_contradicts_names_the_shape_it_expects(tm
     assert OnnxFrontend().load(load_recipe(recipe)).samples[0].shape == (4, 3, 8)
 
 
+def test_a_recipe_shape_a_pytorch_model_fails_on_names_its_factorys_example(tmp_path):
+    from edgekit.config.recipe import load_recipe
+    from edgekit.pipeline.frontends.torch import TorchFrontend
+    recipe = tmp_path / "kws.yaml"
+    recipe.write_text("model: {python: 'edgekit.examples.models:kws_mlp'}\n"
+                      "inputs:\n  - {name: mfcc, shape: [1, 40, 10]}\n")
+    loaded = load_recipe(recipe)
+    frontend = TorchFrontend()
+    with pytest.raises(ConfigError) as err:
+        frontend.export(loaded, frontend.load(loaded))
+    assert err.value.exit_code == 2 and err.value.key == "inputs"
+    assert "the model fails on the recipe's inputs (mfcc [1, 40, 10] float32)" in err.value.what
+    assert err.value.hint.startswith("its factory's example input: [1, 49, 10] float32; ")
+
+
 def test_ctrl_c_says_whether_a_step_that_changes_a_device_was_in_flight():
     nothing = interrupted(None, "rollback")
     assert nothing.exit_code == Interrupted.exit_code == 130
