@@ -203,6 +203,10 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
                           "`edgekit deploy`)", key="host")
     if compare_quantization:
         from edgekit.api.compare_quantization import compare_quantization as compare
+        if host:
+            _changing(f"a comparison that tries variants on {host}",
+                      hint="tried releases are never activated and are removed as the trial "
+                           "stops: `edgekit releases HOST --app APP` lists what is there")
         with render.steps("building…") as status:
             results = compare(options, say=status.update, host=host, identity=identity)
         if as_json:
