@@ -258,6 +258,13 @@ class LabSetupError(EdgekitError):
     exit_code = 20
 
 
+class Interrupted(EdgekitError):
+    """Ctrl-C (SIGINT): the shell's convention, 128 + 2. The line says whether a step that
+    changes a device was in flight."""
+
+    exit_code = 130
+
+
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (EdgekitError, ConfigError, ModelLoadError, LoweringError, NotBuildable,
@@ -266,6 +273,6 @@ EXIT_CODES: dict[str, int] = {
                 BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
                 RemoteCommandFailed, HealthGateFailed, RolloutHalted, LabSetupError,
-                BundleNotTrusted)
+                BundleNotTrusted, Interrupted)
 }
 """Every exit code the CLI gives besides 0 (ok), by error class name."""

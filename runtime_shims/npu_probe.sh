@@ -7,6 +7,7 @@
 #   library=NAME PATH|missing
 #   driver=NAME VERSION-TEXT|loaded|missing
 kv() { printf '%s=%s\n' "$1" "$2"; }
+arch=$(uname -m 2>/dev/null)
 for arg in "$@"; do
   case $arg in
     dev=/*)
@@ -15,12 +16,20 @@ for arg in "$@"; do
     lib=?*)
       name=${arg#lib=}
       found=
-      for dir in /usr/lib /usr/lib64 /usr/local/lib /lib /lib64 /usr/lib/aarch64-linux-gnu \
-                 /lib/aarch64-linux-gnu /usr/lib/arm-linux-gnueabihf /vendor/lib64; do
+      # Debian's multiarch folders for this machine (x86_64-linux-gnu, aarch64-linux-gnu, ...)
+      # beside the plain ones: an ordinary user's shell may have no ldconfig to ask
+      for dir in /usr/lib /usr/lib64 /usr/local/lib /lib /lib64 "/usr/lib/$arch-linux-gnu" \
+                 "/lib/$arch-linux-gnu" /usr/lib/aarch64-linux-gnu /lib/aarch64-linux-gnu \
+                 /usr/lib/arm-linux-gnueabihf /lib/arm-linux-gnueabihf /vendor/lib64; do
         if [ -e "$dir/$name" ]; then found=$dir/$name; break; fi
       done
-      if [ -z "$found" ] && command -v ldconfig >/dev/null 2>&1; then
-        found=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
+      if [ -z "$found" ]; then
+        # ldconfig lives in /sbin, which a user's PATH (Debian's, a non-login ssh) often lacks
+        for ldconfig in "$(command -v ldconfig 2>/dev/null)" /sbin/ldconfig /usr/sbin/ldconfig; do
+          [ -n "$ldconfig" ] && [ -x "$ldconfig" ] || continue
+          found=$("$ldconfig" -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
+          break
+        done
       fi
       kv library "$name ${found:-missing}" ;;
     module=?*)

@@ -15,7 +15,7 @@ from edgekit.config.recipe import load_recipe
 from edgekit.config.timeouts import Timeouts, resolve_timeouts
 from edgekit.device.deploy import DeployResult, deploy_bundle, preflight_target, refuse_npu_only
 from edgekit.errors import ConfigError
-from edgekit.models.bundle import load_bundle
+from edgekit.models.bundle import load_bundle, require_bundle_path
 from edgekit.pipeline.publish import private_copy
 from edgekit.transport import open_device
 
@@ -45,6 +45,8 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if options.recipe is not None and not options.target:
         raise ConfigError("--recipe needs --target (the profile to build for)", key="target",
                           hint="edgekit targets list")
+    if options.bundle is not None:
+        require_bundle_path(Path(options.bundle))   # a wrong path, before the device is named
     if options.target:
         refuse_npu_only(options.target, load_target(options.target).backend)
     elif options.bundle is not None and Path(options.bundle).is_dir():

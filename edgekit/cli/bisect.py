@@ -9,19 +9,22 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.cli import render
+from edgekit.cli import complete, render
 from edgekit.cli.main import HOST_HELP, IDENTITY, TRUST_PICKLE, cli, handle_errors
 
 
 @cli.command()
-@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML")
-@click.option("--target", help="target profile name or YAML path (with --recipe)")
+@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML",
+              shell_complete=complete.recipes)
+@click.option("--target", help="target profile name or YAML path (with --recipe)",
+              shell_complete=complete.targets)
 @click.option("--bundle", type=click.Path(path_type=Path),
               help="instead of --recipe/--target: a built bundle (directory or .tar); its model "
                    "source must be on this machine, unchanged")
 @click.option("--no-tuned", is_flag=True,
               help="with --recipe: ignore `edgekit tune`'s recorded choice")
-@click.option("--host", help="run on this device (" + HOST_HELP + ")")
+@click.option("--host", help="run on this device (" + HOST_HELP + ")",
+              shell_complete=complete.devices)
 @click.option("--local", is_flag=True, help="run on this machine instead")
 @IDENTITY
 @click.option("--out", type=click.Path(path_type=Path),

@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import render
+from edgekit.cli import complete, render
 from edgekit.cli.main import HOST_HELP, IDENTITY, handle_errors, targets
 
 
 @targets.command("derive")
-@click.argument("host")
+@click.argument("host", shell_complete=complete.devices)
 @click.option("-o", "--out", required=True, type=click.Path(path_type=Path),
               help="profile to write, e.g. targets/my-board.yaml (a Vulkan device adds "
                    "<name>-gpu.yaml beside it)")

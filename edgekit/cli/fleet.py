@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.cli.main import WIDE, cli, handle_errors
+from edgekit.cli.main import WIDE, cli, examples, handle_errors
 
 FLEET_HELP = "fleet.yaml, or an Ansible inventory (INI or YAML)"
 
@@ -95,7 +95,10 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
                             hint=f"continue it with `edgekit fleet resume {result.id}`")
 
 
-@fleet.command("update")
+@fleet.command("update", epilog=examples(
+    "edgekit fleet update --fleet fleet.yaml --recipe recipes/kws_mlp.yaml",
+    "edgekit fleet update --fleet fleet.yaml --recipe r.yaml --limit GROUP",
+    "edgekit fleet update --fleet f.yaml --recipe r.yaml --rollback-on-halt all"))
 @click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
               help=FLEET_HELP)
 @click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")

@@ -19,9 +19,9 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import render
-from edgekit.errors import BenchRegression, EdgekitError, LoweringError, NotBuildable, \
-    ValidationFailed
+from edgekit.cli import complete, render
+from edgekit.errors import BenchRegression, EdgekitError, Interrupted, LoweringError, \
+    NotBuildable, ValidationFailed
 
 
 def handle_errors(fn):
@@ -33,6 +33,7 @@ def handle_errors(fn):
     """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _changing_nothing()
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module="torch")
         try:
@@ -44,12 +45,57 @@ def handle_errors(fn):
             if _debug():
                 _print_traceback(exc)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            # before click's "Aborted!" (exit 1): one line, the shell's 130
+            exc = interrupted(_device_step, _command_path())
+            render.err.print("[red]interrupted:[/] " + escape(str(exc)), highlight=False,
+                             soft_wrap=True)
+            sys.exit(exc.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own: usage errors, --help, a declined confirm
         except Exception as exc:
             _report_unexpected(exc)
             sys.exit(EdgekitError.exit_code)  # "other error"
     return wrapper
+
+
+# Commands that change no device, or that say when they start to (`_changing`): Ctrl-C in
+# them says "nothing was changed on a device" unless a changing step was in flight.
+NOTHING_CHANGED_UNLESS_SAID = frozenset({
+    "build", "validate", "check", "schema", "targets list", "targets show", "targets derive",
+    "probe", "releases", "devices list", "devices trust", "lab status", "bench compare",
+    "bench history", "bench report", "completion", "toolchains list", "toolchains install",
+    "deploy", "rollback", "provision"})
+# The step that changes a device while it runs, and how to see what it left: Ctrl-C's line.
+_device_step: tuple[str, str] | None = None
+SWITCH_HINT = ("a release becomes current in one atomic rename: the device runs the release it "
+               "ran before or the new one; `edgekit releases HOST --app APP` shows which")
+
+
+def _changing(step: str, hint: str = SWITCH_HINT) -> None:
+    global _device_step
+    _device_step = (step, hint)
+
+
+def _changing_nothing() -> None:
+    global _device_step
+    _device_step = None
+
+
+def interrupted(step: tuple[str, str] | None, command: str) -> Interrupted:
+    """What Ctrl-C stopped, as far as this process knows: `step` (what, hint) changes a device
+    (None: none had started), `command` the subcommand's path ("deploy", "fleet update")."""
+    if step is not None:
+        return Interrupted(f"{step[0]} was in flight", hint=step[1])
+    if command in NOTHING_CHANGED_UNLESS_SAID:
+        return Interrupted("nothing was changed on a device")
+    return Interrupted(f"`edgekit {command}` may have been changing a device",
+                       hint="`edgekit releases HOST --app APP` shows what is current there")
+
+
+def _command_path() -> str:
+    ctx = click.get_current_context(silent=True)
+    return ctx.command_path.partition(" ")[2] if ctx else ""
 
 
 def _debug() -> bool:
@@ -99,6 +145,12 @@ def cli(debug: bool) -> None:
     """Take a PyTorch model to edge devices and prove it runs there, correctly and fast."""
 
 
+def examples(*lines: str) -> str:
+    """A command's "Examples:" section (its --help epilog): one command a line, kept as
+    written (click's \\b), each short enough for 80 columns."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 TRUST_PICKLE = click.option("--trust-pickle", is_flag=True,
                             help="load a .pt2 model although torch.export.load unpickles it "
                                  "(it can run code): only for files you made or trust")
@@ -114,10 +166,14 @@ ALLOW_UNSIGNED = click.option(
          "(recorded in the device's journal)")
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit build --recipe recipes/kws_mlp.yaml --target rpi4",
+    "edgekit build --recipe recipes/kws_mlp.yaml --target host --tar",
+    "edgekit build --recipe r.yaml --target rpi4 --compare-quantization"))
 @click.option("--recipe", "recipe", required=True, type=click.Path(path_type=Path),
-              help="recipe YAML")
-@click.option("--target", "target", required=True, help="target profile name or YAML path")
+              help="recipe YAML", shell_complete=complete.recipes)
+@click.option("--target", "target", required=True, help="target profile name or YAML path",
+              shell_complete=complete.targets)
 @click.option("--out", type=click.Path(path_type=Path), help="bundle directory "
               "[default: build/<app>-<target>]")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
@@ -127,7 +183,8 @@ ALLOW_UNSIGNED = click.option(
 @click.option("--compare-quantization", is_flag=True, help="build fp32, int8 (with the "
               "recipe's calibration), int8-weights and fp16; report size, accuracy, latency")
 @click.option("--host", help="with --compare-quantization: validate and time the variants on "
-              "this device (never activated, removed afterwards)")
+              "this device (never activated, removed afterwards)",
+              shell_complete=complete.devices)
 @IDENTITY
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -146,6 +203,10 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
                           "`edgekit deploy`)", key="host")
     if compare_quantization:
         from edgekit.api.compare_quantization import compare_quantization as compare
+        if host:
+            _changing(f"a comparison that tries variants on {host}",
+                      hint="tried releases are never activated and are removed as the trial "
+                           "stops: `edgekit releases HOST --app APP` lists what is there")
         with render.steps("building…") as status:
             results = compare(options, say=status.update, host=host, identity=identity)
         if as_json:
@@ -163,10 +224,12 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
 
 @cli.command()
 @click.option("--recipe", type=click.Path(path_type=Path),
-              help="recipe YAML [default: the MobileNetV2-like example]")
+              help="recipe YAML [default: the MobileNetV2-like example]",
+              shell_complete=complete.recipes)
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64",
               show_default=True, help="the lab device to start (aarch64: a Pi under qemu)")
-@click.option("--target", help="target profile [default: host for x86_64, rpi4 for aarch64]")
+@click.option("--target", help="target profile [default: host for x86_64, rpi4 for aarch64]",
+              shell_complete=complete.targets)
 @handle_errors
 def demo(recipe: Path | None, arch: str, target: str | None) -> None:
     """Start a lab device, deploy an example to it, validate on it, report, stop it."""
@@ -181,7 +244,9 @@ def demo(recipe: Path | None, arch: str, target: str | None) -> None:
     render.out.print(f"stopped {result.device}")
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit validate build/kws-mlp-host",
+    "edgekit validate build/kws-mlp-host.tar --json"))
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--local", is_flag=True,
               help="run on this machine: the only mode, accepted for old scripts (device "
@@ -231,8 +296,10 @@ def targets_list(as_json: bool) -> None:
     render.out.print(table)
 
 
-@targets.command("show")
-@click.argument("name")
+@targets.command("show", epilog=examples(
+    "edgekit targets show rpi4",
+    "edgekit targets show targets/my-board.yaml --json"))
+@click.argument("name", shell_complete=complete.targets)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def targets_show(name: str, as_json: bool) -> None:
@@ -271,7 +338,8 @@ def schema(kind: str) -> None:
 
 @cli.command()
 @click.argument("model")
-@click.option("--target", default="host", show_default=True, help="target profile")
+@click.option("--target", default="host", show_default=True, help="target profile",
+              shell_complete=complete.targets)
 @TRUST_PICKLE
 @click.option("--json", "as_json", is_flag=True)
 @WIDE
@@ -303,11 +371,16 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 
 
 
-@cli.command()
+@cli.command(epilog=examples(
+    "edgekit deploy build/kws-mlp-rpi4 --host lab-aarch64-1",
+    "edgekit deploy --recipe recipes/kws_mlp.yaml --target rpi4 --host HOST",
+    "edgekit deploy build/kws-mlp-host.tar --host lab-x86_64-1 --json"))
 @click.argument("bundle", required=False, type=click.Path(path_type=Path))
-@click.option("--target", help="target profile name or YAML path (with --recipe)")
-@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML, built first")
-@click.option("--host", required=True, help=HOST_HELP)
+@click.option("--target", help="target profile name or YAML path (with --recipe)",
+              shell_complete=complete.targets)
+@click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML, built first",
+              shell_complete=complete.recipes)
+@click.option("--host", required=True, help=HOST_HELP, shell_complete=complete.devices)
 @IDENTITY
 @click.option("--keep", default=3, show_default=True, help="releases kept on the device")
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has this build")
@@ -329,12 +402,17 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
                             identity=identity, keep=keep, use_cache=not no_cache,
                             allow_unsigned=allow_unsigned, trust_pickle=trust_pickle,
                             cpu_fallback=cpu_fallback)
+    def stage(name: str, show=None) -> None:
+        if name not in DEPLOY_STAGES_THAT_READ:
+            _changing(f"the deploy's {name} step on {host}")
+        if show:
+            show(f"{name}…")
     try:
         if as_json:
-            result = run_deploy(options)
+            result = run_deploy(options, on_stage=stage)
         else:
             with render.steps("deploying…") as status:
-                result = run_deploy(options, on_stage=lambda n: status.update(f"{n}…"))
+                result = run_deploy(options, on_stage=lambda n: stage(n, status.update))
     except ValidationFailed as exc:
         # where it goes wrong: bisect rebuilds from the recipe, or from the bundle's manifest
         # (its model source must be on this machine; bisect says so otherwise)
@@ -357,8 +435,14 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
         render.deploy_summary(result)
 
 
-@cli.command()
-@click.argument("host")
+# deploy's stages (api.deploy, device.deploy) that change nothing on the device
+DEPLOY_STAGES_THAT_READ = frozenset({"build", "connect and preflight", "preflight"})
+
+
+@cli.command(epilog=examples(
+    "edgekit probe lab-aarch64-1",
+    "edgekit probe pi@192.0.2.10:2222 --identity ~/.ssh/id_ed25519 --json"))
+@click.argument("host", shell_complete=complete.devices)
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
 @WIDE
@@ -377,8 +461,9 @@ def probe(host: str, identity: Path | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("host")
-@click.option("--target", help="(informational) the profile you will deploy")
+@click.argument("host", shell_complete=complete.devices)
+@click.option("--target", help="(informational) the profile you will deploy",
+              shell_complete=complete.targets)
 @IDENTITY
 @handle_errors
 def provision(host: str, target: str | None, identity: Path | None) -> None:
@@ -391,7 +476,10 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
         load_target(target)
     with _connecting(host), open_device(host, identity) as conn:
         address = conn.where
-        result = run_provision(conn, run_probe(conn))
+        info = run_probe(conn)
+        _changing(f"provisioning {host}", hint=f"`edgekit provision {host}` again installs "
+                  "what is missing and checks it by running it")
+        result = run_provision(conn, info)
     state = (f"installed {len(result.uploaded)} file(s), {result.uploaded_bytes:,} bytes"
              if result.uploaded else "already up to date")
     render.out.print(f"{address}: runtime {result.runtime_dir}, shims {result.shims_dir}: "
@@ -399,7 +487,7 @@ def provision(host: str, target: str | None, identity: Path | None) -> None:
 
 
 @cli.command()
-@click.argument("host")
+@click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @IDENTITY
 @click.option("--json", "as_json", is_flag=True)
@@ -420,8 +508,10 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     render.releases_table(device_label(host), app, infos)
 
 
-@cli.command()
-@click.argument("host")
+@cli.command(epilog=examples(
+    "edgekit rollback pi@192.0.2.10 --app kws-mlp",
+    "edgekit rollback lab-aarch64-1 --app kws-mlp --to RELEASE  # see `releases`"))
+@click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @click.option("--to", "to", help="release id [default: the one activated before current]")
 @IDENTITY
@@ -441,6 +531,7 @@ def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None
     with _connecting(host), open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
+        _changing(f"the rollback of {app} on {host}")
         if needs_provisioning(info):
             run_provision(conn, info)
         before, after = run_rollback(conn, app, shims_dir(shim_version()), to)
@@ -453,7 +544,7 @@ def devices() -> None:
 
 
 @devices.command("trust")
-@click.argument("host")
+@click.argument("host", shell_complete=complete.devices)
 @click.option("--fingerprint", help="pin only if the device's key has this SHA256 fingerprint")
 @click.option("--replace", is_flag=True, help="replace a pinned key (device re-imaged)")
 @click.option("--yes", is_flag=True, help="do not ask")
@@ -502,7 +593,10 @@ def lab() -> None:
     """Emulated devices: real sshd on 127.0.0.x (x86_64 with llvmpipe; aarch64 under qemu)."""
 
 
-@lab.command("up")
+@lab.command("up", epilog=examples(
+    "edgekit lab up                            # lab-x86_64-1",
+    "edgekit lab up --arch aarch64 --count 2   # two Raspberry Pi 4 stand-ins",
+    "edgekit lab up --name bench-box --json"))
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]), default="x86_64",
               show_default=True)
 @click.option("--count", type=click.IntRange(1, 32),
@@ -568,13 +662,17 @@ class DefaultCommandGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@cli.group(cls=DefaultCommandGroup)
+@cli.group(cls=DefaultCommandGroup, epilog=examples(
+    "edgekit bench lab-aarch64-1 --app kws-mlp --threads 1,2",
+    "edgekit bench --lab --bundle build/kws-mlp-host --html report.html",
+    "edgekit bench compare      # newest vs previous release; exit 9 if slower",
+    "edgekit bench report --html report.html"))
 def bench() -> None:
     """Benchmark deployed models on devices; compare and report (`bench HOST … --app A`)."""
 
 
 @bench.command("run")
-@click.argument("hosts", nargs=-1)
+@click.argument("hosts", nargs=-1, shell_complete=complete.devices)
 @click.option("--lab", "all_lab", is_flag=True, help="every running lab device")
 @click.option("--app", help="bench the app's current release")
 @click.option("--bundle", type=click.Path(path_type=Path), help="deploy this bundle, bench it")
@@ -720,6 +818,21 @@ def bench_report(app: str | None, html: Path) -> None:
     comparisons = [c for c in compare_latest() if app is None or c.app == app]
     _write_html(html, results, comparisons)
     render.out.print(f"report: {html} ({len(results)} results)")
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(complete.SHELLS))
+@handle_errors
+def completion(shell: str) -> None:
+    """Print the shell completion script: commands, options, target names, registered devices
+    and recipe paths complete on TAB.
+
+    \b
+    bash: echo 'eval "$(edgekit completion bash)"' >> ~/.bashrc
+    zsh:  echo 'eval "$(edgekit completion zsh)"' >> ~/.zshrc
+    fish: edgekit completion fish > ~/.config/fish/completions/edgekit.fish
+    """
+    sys.stdout.write(complete.script(cli, shell))
 
 
 # command groups in their own modules register themselves on `cli`

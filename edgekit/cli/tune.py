@@ -7,19 +7,24 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import render
-from edgekit.cli.main import HOST_HELP, WIDE, cli, handle_errors
+from edgekit.cli import complete, render
+from edgekit.cli.main import HOST_HELP, WIDE, cli, examples, handle_errors
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
 
 
-@cli.command()
-@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
-@click.option("--target", required=True, help="target profile name or YAML path")
+@cli.command(epilog=examples(
+    "edgekit tune --recipe recipes/resnet18.yaml --target host   # measure here",
+    "edgekit tune --recipe recipes/kws_mlp.yaml --target rpi4 --host HOST",
+    "edgekit tune --recipe recipes/resnet18.yaml --target host --dispatches 3"))
+@click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML",
+              shell_complete=complete.recipes)
+@click.option("--target", required=True, help="target profile name or YAML path",
+              shell_complete=complete.targets)
 @click.option("--host", help="measure on this device (" + HOST_HELP + "); needed for targets "
-              "this machine cannot run")
+              "this machine cannot run", shell_complete=complete.devices)
 @click.option("--identity", type=click.Path(path_type=Path), help="private key for --host")
 @click.option("--lowerings", help="e.g. tosa,linalg [default: the profile's]")
 @click.option("--flag-sets", help="names from the profile's tune.flag_sets [default: all]")

@@ -7,6 +7,7 @@ that ship with edgekit.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -239,8 +240,11 @@ def _locate(name_or_path: str) -> Path:
         return path
     known = available_targets()
     if name_or_path not in known:
+        lower = {name.lower(): name for name in known}     # RPI4 is rpi4 too
+        close = [lower[c] for c in difflib.get_close_matches(name_or_path.lower(), lower, n=1)]
         raise ConfigError(f"unknown target '{name_or_path}'", key="target",
-                          hint=f"expected one of: {', '.join(sorted(known))} "
+                          hint=(f"did you mean '{close[0]}'? " if close else "") +
+                               f"expected one of: {', '.join(sorted(known))} "
                                "(or a path to a profile YAML)")
     return known[name_or_path]
 

@@ -299,6 +299,8 @@ class Recipe(Frozen):
 def load_recipe(path: str | Path) -> Recipe:
     """Parse and check a recipe; every mistake is a ConfigError with file:line and key."""
     path = Path(path)
+    if not path.exists():
+        raise _recipe_not_found(path)
     doc = load_yaml(path)
     if not isinstance(doc.data, dict):
         raise ConfigError("a recipe must be a mapping of keys", where=doc.where(()))
@@ -321,6 +323,22 @@ def load_recipe(path: str | Path) -> Recipe:
             raise ConfigError(f"file not found: {recipe.resolve(rel)}", where=doc.where(loc),
                               key=key)
     return recipe
+
+
+def _recipe_not_found(path: Path) -> ConfigError:
+    """Where a recipe path was looked for (a relative one: from the working directory), and
+    the example recipes edgekit ships, the closest name first."""
+    import difflib
+    import os
+    from edgekit.config.resources import recipes_dir
+    packaged = recipes_dir()
+    names = sorted(p.name for p in packaged.glob("*.yaml"))
+    close = difflib.get_close_matches(path.name, names, n=1)
+    hint = (f"did you mean {packaged / close[0]}? " if close else "") + \
+        f"the example recipes come with edgekit in {packaged}"
+    if not path.is_absolute():
+        hint = f"a relative path is read from the working directory, {os.getcwd()}; {hint}"
+    return ConfigError("recipe file not found", where=str(path), hint=hint)
 
 
 def recipe_json_schema() -> dict:

@@ -334,6 +334,7 @@ def load_bundle(path: str | Path) -> Bundle:
     file names are checked (a closed set) and none of them, nor the manifest, may be a
     symlink; sha256s are checked by Bundle.verify, the signature by toolchain.signing."""
     path = Path(path)
+    require_bundle_path(path)
     if not (path.is_file() and tarfile.is_tarfile(path)):
         return _open(path, scratch=None)
     scratch, path = _extract(path)
@@ -342,6 +343,20 @@ def load_bundle(path: str | Path) -> Bundle:
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)     # a refused archive leaves nothing behind
         raise
+
+
+def require_bundle_path(path: Path) -> None:
+    """A BundleError that says a bundle path does not exist (not "no manifest.json"), with the
+    build command that writes one: a cheap check a command makes before it reaches a device."""
+    if path.exists():
+        return
+    if path.suffix == ".tar" and path.with_suffix("").is_dir():
+        hint = (f"`edgekit build` writes the directory {path.with_suffix('')} (a .tar only with "
+                "--tar): pass the directory")
+    else:
+        hint = ("`edgekit build --recipe R --target T` writes build/<app>-<target> (add --tar "
+                "for a .tar beside it)")
+    raise BundleError("no such bundle: the path does not exist", where=str(path), hint=hint)
 
 
 def _open(path: Path, scratch: Path | None) -> Bundle:

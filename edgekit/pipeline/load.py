@@ -30,6 +30,9 @@ class LoadedModel:
     notes: tuple[str, ...] = ()          # what loading changed (e.g. an opset upgrade)
     random_inputs: tuple[str, ...] = ()  # inputs whose sample edgekit made up
     more_samples: tuple[tuple[np.ndarray, ...], ...] = ()  # further validation samples
+    # the model source's own example inputs (a factory's), as "[1, 49, 10] float32": what a
+    # message names when the recipe's inputs do not fit the model
+    example_inputs: tuple[str, ...] = ()
 
 
 # Validation samples when edgekit draws them: the golden set and two more, distinct (cheap:

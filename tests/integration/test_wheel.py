@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
+from email.parser import HeaderParser
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 # what the wheel is built from; a copy, so no build/ or *.egg-info is left in the repository
-SOURCES = ("pyproject.toml", "README.md", "edgekit", "targets", "recipes", "runtime_shims")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "edgekit", "targets", "recipes",
+           "runtime_shims")
 
 WHERE = """
 import json, edgekit
@@ -91,3 +94,27 @@ def test_the_installed_cli_builds_a_shipped_recipe(venv):
                    "--target", "host", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert (out / MANIFEST).is_file()
+
+
+def test_the_wheel_carries_its_licence_typing_marker_and_complete_metadata(venv):
+    tmp, env = venv
+    (wheel,) = (tmp / "dist").glob("edgekit-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = HeaderParser().parsestr(archive.read(metadata).decode())
+        licence = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert licence and b"Apache License" in archive.read(licence[0])
+    assert "edgekit/py.typed" in names
+    assert meta["License-Expression"] == "Apache-2.0" and meta["License-File"] == "LICENSE"
+    classifiers = meta.get_all("Classifier")
+    assert "Typing :: Typed" in classifiers and "Operating System :: POSIX :: Linux" in classifiers
+    assert meta.get_all("Project-URL")
+    requires = {r.split(">")[0].split("=")[0].split("<")[0].split(";")[0].strip()
+                for r in meta.get_all("Requires-Dist")}
+    assert {"onnxscript", "torch", "torch-mlir", "iree-base-compiler"} <= requires
+    twine = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(wheel)],
+                           capture_output=True, text=True, env=env, timeout=120)
+    if "No module named twine" in twine.stderr:
+        pytest.skip("twine is not installed (.ci/requirements.txt pins it)")
+    assert twine.returncode == 0, twine.stdout + twine.stderr

@@ -42,6 +42,26 @@ ONNX_INPUT = "onnx"
 F64_KEPT = "--iree-input-demote-f64-to-f32=false"
 
 
+def refuse_other_shapes(recipe: Recipe, graph_inputs) -> None:
+    """A ConfigError naming the shape the model declares for an input whose recipe shape
+    contradicts it (another rank, or another fixed size; a named size takes any)."""
+    declared = {name: shape for name, shape, _ in graph_inputs}
+    for index, spec in enumerate(recipe.inputs):
+        expected = declared[spec.name]
+        if len(expected) == len(spec.shape) and all(
+                not isinstance(e, int) or not isinstance(g, int) or e == g
+                for e, g in zip(expected, spec.shape)):
+            continue
+        shown = "[" + ", ".join(str(d) for d in expected) + "]"
+        raise ConfigError(f"input {spec.name!r} has shape {list(spec.shape)} here, but the "
+                          f"model expects {shown}", where=str(recipe.path),
+                          key=f"inputs[{index}].shape",
+                          hint=f"give sizes that fit {shown} (a named size takes any)"
+                               if any(isinstance(d, str) for d in expected) else
+                               f"set it to {shown}, or leave `inputs:` out: the ONNX model "
+                               "declares its own")
+
+
 def _f32(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float32) if array.dtype == np.float64 else array
 
@@ -65,6 +85,7 @@ class OnnxFrontend(Frontend[Model]):
             if missing:
                 raise ModelLoadError(f"the model has no input(s) {missing}", where=where,
                                      hint="its inputs: " + ", ".join(repr(n) for n in names))
+            refuse_other_shapes(recipe, graph_inputs)
             specs, names = recipe.inputs, declared
         else:
             specs = tuple(InputSpec(name=n, shape=shape, dtype=dtype)

@@ -53,8 +53,10 @@ class TorchFrontend(Frontend[Program]):
             model, examples = _call_factory(recipe, source.python or "")
         samples = sample_inputs(recipe, examples)
         names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
+        described = tuple(f"{list(a.shape)} {a.dtype}" for a in examples or ())
         return LoadedModel(frontend=self, model=model, samples=samples, input_names=names,
-                           more_samples=more_samples_for(recipe, samples))
+                           more_samples=more_samples_for(recipe, samples),
+                           example_inputs=described)
 
     def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Program]:
         args = tuple(torch.from_numpy(np.array(s)) for s in loaded.samples)
@@ -69,7 +71,7 @@ class TorchFrontend(Frontend[Program]):
             except Exception as exc:  # torch.export raises many kinds; all mean "cannot export"
                 # a model that fails eagerly on the recipe's inputs is a wrong input, not an
                 # untraceable model: say so rather than blame torch.export
-                mismatch = _input_mismatch(recipe, loaded.model, args)
+                mismatch = _input_mismatch(recipe, loaded.model, args, loaded.example_inputs)
                 raise (mismatch or export_failure(exc)) from None
             sys.stderr.write(said.getvalue())  # a successful export's warnings still show
             run = loaded.model
@@ -173,8 +175,10 @@ def _torch_quiet():
             logger.setLevel(level)
 
 
-def _input_mismatch(recipe: Recipe, model, args: tuple) -> ConfigError | None:
-    """A ConfigError naming the recipe's inputs if the model fails on them eagerly too."""
+def _input_mismatch(recipe: Recipe, model, args: tuple,
+                    examples: tuple[str, ...] = ()) -> ConfigError | None:
+    """A ConfigError naming the recipe's inputs if the model fails on them eagerly too, and
+    the inputs the model's factory gives as its example (the shapes it expects)."""
     try:
         with _torch_quiet(), torch.no_grad():
             model(*args)
@@ -184,10 +188,12 @@ def _input_mismatch(recipe: Recipe, model, args: tuple) -> ConfigError | None:
         given = ", ".join(f"{n} {list(a.shape)} {str(a.dtype).removeprefix('torch.')}"
                           for n, a in zip([s.name for s in recipe.inputs] or
                                           [f"input_{i}" for i in range(len(args))], args))
+        expected = (f"its factory's example input{'s' if len(examples) > 1 else ''}: "
+                    f"{', '.join(examples)}; ") if examples else ""
         return ConfigError(f"the model fails on the recipe's inputs ({given}): {first[:200]}",
                            where=str(recipe.path), key="inputs",
-                           hint="set inputs[].shape and dtype to what the model's forward "
-                                "expects")
+                           hint=f"{expected}set inputs[].shape and dtype to what the model's "
+                                "forward expects")
     return None
 
 
