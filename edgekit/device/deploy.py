@@ -44,7 +44,7 @@ from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.toolchain.iree import runtime_flags
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
-from edgekit.validate.outputs import output_file, read_output
+from edgekit.validate.outputs import output_byte_cap, output_file, read_output
 from edgekit.validate.tolerance import output_limits
 from edgekit.validate.samples import worst_per_output
 
@@ -456,7 +456,8 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
                 if result.returncode != 0:
                     comparisons.append(_run_failed(sig.name, expected, result.stderr))
                     continue
-                conn.get(f"{out_dir}/{name}", local)
+                # the device is not trusted: no more than this output's data and a header
+                conn.get(f"{out_dir}/{name}", local, max_bytes=output_byte_cap(expected.nbytes))
                 try:
                     # IREE's integers are signless: read as the manifest declares the output
                     actual = read_output(local, sig.dtype, expected.shape)

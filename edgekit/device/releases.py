@@ -118,7 +118,7 @@ def list_releases(conn: Transport, app: str) -> list[tuple[str, float]]:
 def activation_history(conn: Transport, app: str) -> list[str]:
     """Releases in the order they were activated (oldest first), from the device's journal."""
     history = []
-    for line in (conn.read_text(layout.journal(app)) or "").splitlines():
+    for line in (conn.read_tail(layout.journal(app)) or "").splitlines():
         try:
             event = json.loads(line)
         except ValueError:
@@ -216,7 +216,7 @@ def clean_leftovers(conn: Transport, app: str, keep: str | None = None) -> tuple
         doomed.append(name)
     current, target = protected_releases(conn, app)
     # activate.sh journals every switch: with a `current` but no journal, history is unknown
-    if current is None or conn.read_text(layout.journal(app)) is not None:
+    if current is None or conn.read_tail(layout.journal(app), max_bytes=1) is not None:
         spared = set(activation_history(conn, app)) | running | {current, target, keep}
         doomed += [f"releases/{name}" for name, _ in list_releases(conn, app)
                    if name not in spared]

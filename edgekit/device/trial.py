@@ -32,6 +32,11 @@ from edgekit.toolchain.iree_profile import profiling_flags
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
 
+# The most a device's HAL profile trace may be (the device is not trusted: every download has
+# a cap; a trace of a few thousand dispatches is a few MiB)
+TRACE_MAX_BYTES = 256 << 20
+
+
 @dataclass
 class DeviceTrial:
     conn: Transport
@@ -76,7 +81,7 @@ class DeviceTrial:
                                           stderr_tail=result.stderr.decode(
                                               errors="replace")[-2000:])
             local = into / "device.ireeprof"
-            self.conn.get(trace, local)
+            self.conn.get(trace, local, max_bytes=TRACE_MAX_BYTES)
             return json.loads(result.stdout)["benchmarks"][0], local
         finally:
             self.conn.run(["rm", "-rf", "--", scratch], check=False)

@@ -49,7 +49,7 @@ def device_status(device: FleetDevice, app: str) -> FleetDeviceStatus:
 
 def last_validation(conn: Transport, app: str) -> LastValidation | None:
     """The newest validated/rejected event of the device's journal for `app`."""
-    for line in reversed((conn.read_text(layout.journal(app)) or "").splitlines()):
+    for line in reversed((conn.read_tail(layout.journal(app)) or "").splitlines()):
         try:
             event = json.loads(line)
         except ValueError:
