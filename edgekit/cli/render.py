@@ -630,14 +630,19 @@ def fleet_status_table(app: str, rows: list[FleetDeviceStatus]) -> None:
         lead = [escape(r.device)] + ([escape(r.address)] if wide else []) + [escape(r.target)]
         if not r.reachable:
             table.add_row(*lead, "[red]unreachable[/]", "", "", "")
-            notes.append(f"  {escape(r.device)} ({escape(r.address)}): {escape(r.error)}")
+            notes.append(f"  {untrusted(r.device)} ({untrusted(r.address)}): "
+                         f"{untrusted(r.error)}")
             continue
         v = r.last_validation
-        at = v.at if v is None or wide else v.at[:16].replace("T", " ")
+        at = "" if v is None else v.at if wide else v.at[:16].replace("T", " ")
         checked = "-" if v is None else \
             f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {cut(v.release)} {at}"
-        table.add_row(*lead, cut(r.current) if r.current else "-", r.built_for or "-",
-                      r.runtime or "-", checked)
+        if r.error:   # reachable, but what it answered was refused: the row says so
+            checked = "[red]refused answer[/]"
+            notes.append(f"  {untrusted(r.device)} ({untrusted(r.address)}): "
+                         f"{untrusted(r.error)}")
+        table.add_row(*lead, untrusted(cut(r.current)) if r.current else "-",
+                      untrusted(r.built_for or "-"), untrusted(r.runtime or "-"), checked)
     out.print(table)
     for line in notes:
         out.print(line, highlight=False)

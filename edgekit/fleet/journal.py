@@ -71,11 +71,18 @@ def read_events(directory: Path) -> list[RolloutEvent]:
     path = directory / JOURNAL
     if not path.is_file():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = path.read_bytes().splitlines()
     events = []
-    for number, line in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
         try:
-            events.append(parse_event(line))
+            events.append(parse_event(raw.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            if number == len(lines):   # torn mid-character
+                break
+            raise ConfigError(f"not a rollout event: not UTF-8 at byte {exc.start}",
+                              where=f"{path}:{number}", key="journal",
+                              hint="the journal was changed outside edgekit; move the line "
+                                   "away to resume") from None
         except pydantic.ValidationError as exc:
             if number == len(lines):
                 break
