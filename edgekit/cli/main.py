@@ -675,7 +675,9 @@ def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
         title = (f"{base.id} vs {new.id}" + (f" (forced: {'; '.join(differ)})" if differ
                                                else ""))
     elif not ids:
-        comparisons = compare_latest()
+        notes: list[str] = []
+        comparisons = compare_latest(notes)
+        _say_skipped(notes)
         title = "newest result of each series against its previous release"
     else:
         raise ConfigError("give two result ids (base new) or none", key="ids")
@@ -702,11 +704,19 @@ def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
 def bench_history(app: str | None, as_json: bool) -> None:
     """Stored results, oldest first."""
     from edgekit.device.history import load_history
-    results = [r for r in load_history() if app is None or r.app == app]
+    notes: list[str] = []
+    results = [r for r in load_history(notes) if app is None or r.app == app]
+    _say_skipped(notes)
     if as_json:
         render.emit_json([r.model_dump(mode="json") for r in results])
     else:
         render.bench_table(results, with_ids=True)
+
+
+def _say_skipped(notes: list[str]) -> None:
+    """Stored results that could not be used, one line each on stderr (the view goes on)."""
+    for note in notes:
+        render.err.print(f"edgekit: {render.untrusted(note)}", highlight=False)
 
 
 @bench.command("report")
@@ -716,7 +726,9 @@ def bench_history(app: str | None, as_json: bool) -> None:
 def bench_report(app: str | None, html: Path) -> None:
     """HTML report of the stored history (distribution, thread scaling, releases)."""
     from edgekit.device.history import compare_latest, load_history
-    results = [r for r in load_history() if app is None or r.app == app]
+    notes: list[str] = []
+    results = [r for r in load_history(notes) if app is None or r.app == app]
+    _say_skipped(notes)
     comparisons = [c for c in compare_latest() if app is None or c.app == app]
     _write_html(html, results, comparisons)
     render.out.print(f"report: {html} ({len(results)} results)")

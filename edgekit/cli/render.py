@@ -468,8 +468,9 @@ def bench_table(results, with_ids: bool = False) -> None:
     out.print(table)
     for r in results:
         if not r.reliable:
-            out.print(f"[yellow]{r.device} {r.app} {r.config.get('threads')}t unreliable:[/] "
-                      + "; ".join(r.unreliable_reasons))
+            out.print(f"[yellow]{untrusted(r.device)} {untrusted(r.app)} "
+                      f"{untrusted(r.config.get('threads'))}t unreliable:[/] "
+                      + untrusted("; ".join(r.unreliable_reasons)), highlight=False)
 
 
 def comparison_table(comparisons, title: str = "against the previous release") -> None:

@@ -9,6 +9,7 @@ import pydantic
 
 from edgekit.config.resources import shims_dir
 from edgekit.config.schema_base import Frozen
+from edgekit.device.answers import ascii_int
 from edgekit.device.layout import ROOT
 from edgekit.errors import DeviceError, printable
 from edgekit.transport.base import Transport
@@ -75,17 +76,6 @@ HWCAP_MAX = (1 << 64) - 1
 MAX_VALUE_CHARS = 4096          # /proc/cpuinfo's flags line is ~1.5 kB on a recent x86
 MAX_LIST_ITEMS = 64             # Vulkan devices, NPU nodes, runtimes, shim versions
 NUMBER_MAX = {"cores": 1 << 20, "mem_kb": 1 << 50, "free_kb": 1 << 50}
-_DIGITS = {10: frozenset("0123456789"), 16: frozenset("0123456789abcdefABCDEF")}
-
-
-def _number(value: str, base: int, limit: int, default: int | None) -> int | None:
-    """An ASCII number in [0, limit] (hex may start 0x), else `default`."""
-    if base == 16 and value[:2].lower() == "0x":
-        value = value[2:]
-    if not value or len(value) > 20 or not set(value) <= _DIGITS[base]:
-        return default
-    number = int(value, base)
-    return number if number <= limit else default
 
 
 def parse_probe(text: str) -> DeviceInfo:
@@ -104,9 +94,9 @@ def parse_probe(text: str) -> DeviceInfo:
         elif key == "cpu_flags":
             fields[key] = tuple(value.split())
         elif key in ("hwcap", "hwcap2"):
-            fields[key] = _number(value, 16, HWCAP_MAX, None)
+            fields[key] = ascii_int(value, HWCAP_MAX, base=16)
         elif key in ("cores", "mem_kb", "free_kb"):
-            fields[key] = _number(value, 10, NUMBER_MAX[key], 0)
+            fields[key] = ascii_int(value, NUMBER_MAX[key]) or 0
         elif key in DeviceInfo.model_fields:
             fields[key] = value
     flags, arch = fields.get("cpu_flags", ()), fields.get("arch", "")
