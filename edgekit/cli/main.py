@@ -483,6 +483,31 @@ def devices_trust(host: str, fingerprint: str | None, replace: bool, yes: bool) 
     render.out.print("pinned")
 
 
+@devices.command("untrust-signer")
+@click.argument("host")
+@click.argument("signer")
+@click.option("--identity", type=click.Path(path_type=Path), help="private key [default: the "
+              "registered device's, else ~/.ssh/id_*]")
+@handle_errors
+def devices_untrust_signer(host: str, signer: str, identity: Path | None) -> None:
+    """Remove SIGNER (a principal, or a key's SHA256:… fingerprint) from HOST's allowed
+    signers. Deploys only ever add to that set (a device may have several controllers):
+    this is how a key leaves it. Releases it signed no longer verify there."""
+    from edgekit.device.trust import untrust_signer
+    from edgekit.errors import ConfigError
+    from edgekit.transport import open_device
+    with _connecting(host), open_device(host, identity) as conn:
+        address = conn.where
+        removed = untrust_signer(conn, signer)
+    if not removed:
+        raise ConfigError(f"no signer {signer!r} on {address}", key="signer",
+                          hint="name a principal (the first word of an allowed_signers line) "
+                               "or a key fingerprint SHA256:…")
+    for line in removed:
+        render.out.print(f"{render.untrusted(address)}: removed {render.untrusted(line)}",
+                         highlight=False)
+
+
 @devices.command("list")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
