@@ -315,12 +315,15 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 @TRUST_PICKLE
 @click.option("--cpu-fallback", is_flag=True,
               help="an NPU bundle: deploy its IREE CPU module on a device without the NPU")
+@click.option("--allow-downgrade", is_flag=True,
+              help="deploy a build older than the newest release activated on the device "
+                   "(recorded in the device's journal)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @WIDE
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
-           trust_pickle: bool, cpu_fallback: bool,
+           trust_pickle: bool, cpu_fallback: bool, allow_downgrade: bool,
            as_json: bool) -> None:
     """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
     first; check the device, upload, validate on the device, then activate."""
@@ -328,7 +331,7 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
     options = DeployOptions(host=host, bundle=bundle, recipe=recipe, target=target,
                             identity=identity, keep=keep, use_cache=not no_cache,
                             allow_unsigned=allow_unsigned, trust_pickle=trust_pickle,
-                            cpu_fallback=cpu_fallback)
+                            cpu_fallback=cpu_fallback, allow_downgrade=allow_downgrade)
     try:
         if as_json:
             result = run_deploy(options)

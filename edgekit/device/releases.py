@@ -10,19 +10,26 @@ target's sha256 (verify shim) before it goes live.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
 import secrets
+import re
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgekit.device import layout
 from edgekit.errors import ConfigError, EdgekitError, RemoteCommandFailed
 from edgekit.config.address import safe_name
 from edgekit.transport.base import Transport
+
+
+RELEASE_ID = re.compile(r"[0-9a-f]{16}")   # deploy.release_id's form
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,43 @@ def previous_release(history: list[str], current: str | None) -> str | None:
         if name != current:
             return name
     return None
+
+
+def _built_at(text: str) -> datetime.datetime | None:
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
+
+
+def newest_activated(conn: Transport, app: str) -> tuple[str, str] | None:
+    """(build time, release) of the newest release ever activated for `app` on the device;
+    None when none was (or the record is not one edgekit writes: then nothing is refused)."""
+    fields = (conn.read_text(layout.newest_marker(app), max_bytes=512) or "").split()
+    if len(fields) != 2 or _built_at(fields[0]) is None \
+            or not RELEASE_ID.fullmatch(fields[1]):
+        return None
+    return fields[0], fields[1]
+
+
+def is_older(created_at: str, than: str) -> bool:
+    """Whether a release built at `created_at` is older than one built at `than`."""
+    a, b = _built_at(created_at), _built_at(than)
+    return a is not None and b is not None and a < b
+
+
+def record_newest(conn: Transport, app: str, created_at: str, release: str) -> None:
+    """After an activation: remember the release if it is the newest activated so far."""
+    newest = newest_activated(conn, app)
+    if _built_at(created_at) is None or (newest and not is_older(newest[0], created_at)):
+        return
+    staging = f"{layout.newest_marker(app)}.{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="edgekit-newest-") as tmp:
+        local = Path(tmp) / "newest"
+        local.write_text(f"{created_at} {safe_name(release, 'release')}\n")
+        conn.put(local, staging)
+    conn.rename(staging, layout.newest_marker(app))
 
 
 def journal_event(conn: Transport, app: str, event: str, release: str) -> None:

@@ -82,3 +82,25 @@ def test_untrust_signer_removes_a_key_and_its_releases_no_longer_verify(make_dev
     with pytest.raises(RemoteCommandFailed, match="not in"):  # A's v1 no longer verifies
         rollback(device, "kws-mlp", shims_dir(shim_version()), first.release)
     assert current_of(device.root) == second.release
+
+
+def test_an_older_signed_release_over_a_newer_one_is_refused_unless_allowed(make_device, v1,
+                                                                            v2, bundle_copy):
+    from edgekit.errors import BundleError
+    from tests.local.conftest import device_journal, set_manifest
+    device = make_device()
+    old = bundle_copy(v1, lambda d: set_manifest(d, created_at="2026-01-01T00:00:00+00:00"))
+    new = bundle_copy(v2, lambda d: set_manifest(d, created_at="2026-03-01T00:00:00+00:00"))
+    first = deploy_bundle(device, old)
+    third = deploy_bundle(device, new)
+    with pytest.raises(BundleError, match=rf"release {first.release} \(built 2026-01-01.*"
+                                          rf"older than {third.release} \(built 2026-03-01"):
+        deploy_bundle(device, old)
+    assert current_of(device.root) == third.release
+    # rollback is not a deploy: it goes back, and a later deploy of the newest still works
+    rollback(device, "kws-mlp", shims_dir(shim_version()))
+    assert current_of(device.root) == first.release
+    deploy_bundle(device, new)
+    again = deploy_bundle(device, old, allow_downgrade=True)
+    assert again.activated and current_of(device.root) == first.release
+    assert ("downgrade-allowed", first.release) in device_journal(device.root)
