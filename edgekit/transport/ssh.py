@@ -246,7 +246,8 @@ class Connection:
             with self._open_regular(sftp, remote, max_bytes) as (f, size), \
                     open(local, "wb") as out:
                 f.prefetch(min(size, max_bytes))
-                while chunk := f.read(min(1 << 20, max_bytes + 1 - got)):
+                # one SFTP block at a time: each block is progress (the idle deadline)
+                while chunk := f.read(min(32768, max_bytes + 1 - got)):
                     got += len(chunk)
                     if got > max_bytes:
                         raise too_large(self.where, remote, f"over {max_bytes:,} bytes "
