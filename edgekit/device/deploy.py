@@ -351,7 +351,14 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
             if exists:  # corrupted and not live: out of the way, removed once replaced
                 aside = layout.trash_dir(app, scratch_token())
                 conn.rename(target, aside)
-            conn.rename(staging, target)
+            try:
+                conn.rename(staging, target)
+            except RemoteCommandFailed:
+                # a deploy of the same release at the same time renamed its copy first: the
+                # release is in place if that copy verifies (ours is then removed below)
+                if conn.run(verify(target), check=False).returncode != 0:
+                    raise
+                _remove_quietly(conn, staging)
         except BaseException:
             _remove_quietly(conn, staging)
             raise

@@ -24,10 +24,10 @@ from typing import IO
 
 from edgekit.config.timeouts import Timeouts
 from edgekit.errors import DeviceAnswerRefused, DeviceUnreachable, RemoteCommandFailed
-from edgekit.transport.base import (TAIL_MAX_BYTES, TEXT_MAX_BYTES, BoundedOutput,
-                                    RemoteEntry, RemoteResult, file_op_failed,
-                                    refuse_unless_regular, tail_text, too_large,
-                                    transfer_deadline)
+from edgekit.transport.base import (SPACE_HINT, TAIL_MAX_BYTES, TEXT_MAX_BYTES,
+                                    BoundedOutput, RemoteEntry, RemoteResult, file_op_failed,
+                                    out_of_space, refuse_unless_regular, space_left, tail_text,
+                                    too_large, transfer_deadline)
 
 
 class LocalTransport:
@@ -217,6 +217,12 @@ class LocalTransport:
                 return None
             raise file_op_failed(self.where, op, paths, exc) from None
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):   # README's words: space or inodes
+                full = out_of_space(space_left(self, paths[-1]), 1)
+                if full:
+                    raise file_op_failed(self.where, op, paths,
+                                         OSError(errno.ENOSPC, f"{full} ({paths[-1]})"),
+                                         hint=SPACE_HINT) from None
             raise file_op_failed(self.where, op, paths, exc) from None
 
     def _check_open(self) -> None:
