@@ -130,8 +130,11 @@ def activation_history(conn: Transport, app: str) -> list[str]:
             event = json.loads(line)
         except ValueError:
             continue
-        if event.get("event") in ("activate",):
-            history.append(str(event.get("release")))
+        # the device is not trusted: only events as activate.sh writes them count
+        if isinstance(event, dict) and event.get("event") == "activate" \
+                and isinstance(event.get("release"), str) \
+                and RELEASE_ID.fullmatch(event["release"]):
+            history.append(event["release"])
     return history
 
 
