@@ -9,7 +9,6 @@ Used by `edgekit tune --host` (candidate variants), `edgekit build --compare-qua
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -72,8 +72,8 @@ def test_a_stored_bad_result_is_skipped_with_a_note_and_every_view_works(make_de
         assert "Traceback" not in run.stderr
 
 
-def test_a_throttled_word_with_markup_and_escapes_is_unreadable_and_nothing_raw_is_shown(make_device, v1,
-                                                                   tmp_path, monkeypatch):
+def test_a_throttled_word_with_markup_is_unreadable_and_nothing_raw_is_shown(make_device, v1,
+                                                                           tmp_path):
     device = make_device()
     deploy_bundle(device, v1)
     bin_dir = tmp_path / "bin"

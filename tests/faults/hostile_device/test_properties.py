@@ -7,7 +7,6 @@ character."""
 import io
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
