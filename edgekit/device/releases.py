@@ -29,7 +29,8 @@ from edgekit.config.address import safe_name
 from edgekit.transport.base import Transport
 
 
-RELEASE_ID = re.compile(r"[0-9a-f]{16}")   # deploy.release_id's form
+# a release's name as a journal or record may hold it: one safe path component (safe_name)
+RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from edgekit.config.fleet import Fleet, FleetDevice
 from edgekit.device import layout
 from edgekit.device.bench import remote_manifest
-from edgekit.device.releases import current_release
+from edgekit.device.releases import RELEASE_ID, current_release
 from edgekit.errors import DeviceAnswerRefused, EdgekitError, printable
 from edgekit.models.fleet import FleetDeviceStatus, LastValidation
 from edgekit.config.address import safe_name
@@ -49,9 +48,8 @@ def device_status(device: FleetDevice, app: str) -> FleetDeviceStatus:
 
 
 # what a journal's event may hold (the device is not trusted): a time between 1970 and 2100,
-# a release id as deploy makes them
+# a release name as activate.sh takes them (RELEASE_ID)
 TS_MAX = 4102444800
-RELEASE_ID = re.compile(r"[0-9A-Za-z._-]{1,64}")
 
 
 def last_validation(conn: Transport, app: str) -> LastValidation | None:
