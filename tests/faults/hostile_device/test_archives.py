@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,28 +38,34 @@ def zeros_bomb(path: Path, size: int) -> Path:
     return path
 
 
-def scratch() -> set[str]:
-    return {p.name for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("edgekit-bundle-*")}
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch) -> Path:
+    """This process's temp directory, no one else's (other processes use /tmp meanwhile)."""
+    folder = tmp_path / "controller-tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    return folder
 
 
-def test_a_header_claiming_5_gib_is_refused_before_extraction(tmp_path):
-    before = scratch()
+def test_a_header_claiming_5_gib_is_refused_before_extraction(tmp_path, private_tmp):
     with pytest.raises(BundleError, match="expands to more than 4,294,967,296 bytes"):
         load_bundle(header_only(tmp_path / "b.tar", "b/module.vmfb", 5 << 30))
-    assert scratch() == before
+    assert not any(private_tmp.iterdir())
 
 
-def test_a_compression_bomb_is_refused_by_its_ratio_in_one_line_exit_6(tmp_path):
+def test_a_compression_bomb_is_refused_by_its_ratio_in_one_line_exit_6(tmp_path,
+                                                                        private_tmp):
     bomb = zeros_bomb(tmp_path / "bomb.tar.gz", 80 << 20)
     assert bomb.stat().st_size < 2 << 20
-    before, started = scratch(), time.monotonic()
+    started = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "edgekit", "deploy", str(bomb), "--host",
                           f"local:{tmp_path}"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 6, run.stderr
     lines = [line for line in run.stderr.splitlines() if not line.startswith("  hint:")]
     assert len(lines) == 1 and "-fold" in lines[0] and "refused before extraction" in lines[0]
-    assert time.monotonic() - started < 60 and scratch() == before
+    assert time.monotonic() - started < 60 and not any(private_tmp.iterdir())
 
 
 def test_the_cap_is_a_setting(tmp_path, monkeypatch):
