@@ -173,7 +173,8 @@ def scratch_token() -> str:
 
 def _owner_running(owner: str, age_s: float) -> bool:
     host, _, pid = owner.partition("-")
-    if not pid.isdigit():           # not a name this version writes: nobody runs it
+    if not (pid.isascii() and pid.isdigit() and len(pid) < 10):  # not a name this version
+        # writes (the device names these entries): nobody runs it
         return False
     if host != scratch_owner().partition("-")[0]:
         return age_s < FOREIGN_SCRATCH_S

@@ -238,7 +238,9 @@ def space_left(conn: Transport, remote: str) -> tuple[int, int] | None:
         return None
     for line in result.text.splitlines():
         fields = line.split()
-        if len(fields) == 3 and all(f.isdigit() for f in fields):
+        # ASCII digits only ('²'.isdigit() is True, and int() refuses it): the device's words
+        if len(fields) == 3 and all(f.isascii() and f.isdigit() and len(f) < 24
+                                    for f in fields):
             return int(fields[0]) * int(fields[1]), int(fields[2])
     return None
 
