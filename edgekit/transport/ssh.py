@@ -33,7 +33,7 @@ import paramiko
 from edgekit.config.paths import known_hosts_path
 from edgekit.config.timeouts import Timeouts
 from edgekit.errors import (AuthFailed, ConfigError, DeviceError, DeviceUnreachable,
-                            HostKeyChanged, HostKeyUnknown, RemoteCommandFailed)
+                            HostKeyChanged, HostKeyUnknown, RemoteCommandFailed, printable)
 from edgekit.config.address import DeviceAddress
 from edgekit.transport.base import (MIN_TRANSFER_RATE, SPACE_HINT, TAIL_MAX_BYTES,
                                     TEXT_MAX_BYTES, BoundedOutput, RemoteEntry, RemoteResult,
@@ -481,6 +481,7 @@ def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PK
                                 where=where) from None
     except OSError as exc:
         raise _Retry("connect", _reason(exc)) from None
+    _refuse_a_non_ssh_greeting(sock, where, timeouts)
     client = paramiko.SSHClient()
     if known_hosts.is_file():
         client.load_host_keys(str(known_hosts))
@@ -532,6 +533,31 @@ def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PK
                              hint="install the public key in the device's authorized_keys, "
                                   "or pass --identity") from None
         raise _Retry(step, f"connection closed by the device ({_reason(exc)})") from None
+
+
+def _refuse_a_non_ssh_greeting(sock: socket.socket, where: str, timeouts: Timeouts) -> None:
+    """A port whose first words are not an SSH version line ("HTTP/1.1 400 …") does not speak
+    SSH: one line, not retried (README). The greeting is only peeked at, paramiko reads it
+    again; a port that closes before saying anything (sshd over MaxStartups) and one that
+    says nothing (the banner deadline) are left to the handshake as before."""
+    sock.settimeout(timeouts.banner_s)
+    try:
+        first = sock.recv(64, socket.MSG_PEEK)
+    except TimeoutError:
+        sock.close()
+        raise DeviceUnreachable(
+            f"banner: no SSH banner within {timeouts.banner_s:g} s (timeouts.banner_s): "
+            "the port accepts connections but does not speak SSH", where=where) from None
+    except OSError:
+        return     # reset before a word: the handshake's own error (retried) says so
+    # sshd over its MaxStartups says so before it closes: that is a refusal, retried
+    if first and not (first.startswith((b"SSH-", b"Exceeded MaxStartups"))
+                      or b"SSH-".startswith(first)
+                      or b"Exceeded MaxStartups".startswith(first)):
+        sock.close()
+        said = printable(first.split(b"\n", 1)[0].decode(errors="replace").strip())[:60]
+        raise DeviceUnreachable(f"banner: the port does not speak SSH (it said {said!r})",
+                                where=where)
 
 
 def _handshake_step(transport: paramiko.Transport | None) -> str:
