@@ -39,7 +39,7 @@ _CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x00, 0x20), *range(0x7f, 0x
 
 def escape_controls(text: str) -> str:
     """`text` with every control character but newline and tab escaped as Python writes it
-    (`\x1b`, `\r`): what a terminal would act on is shown instead."""
+    (`\\x1b`, `\\r`): what a terminal would act on is shown instead."""
     return text.translate(_CONTROLS)
 
 

@@ -158,10 +158,10 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     """Deploy a built bundle on a connected device (see the module docstring for the order).
     Its signature is checked here and again on the device; `allow_unsigned` (the user's
     explicit opt-out, journaled on the device) deploys a bundle whose signature is missing
-    or not trusted. Releases are monotonic: a bundle built before the newest release ever
-    activated for the app on the device is refused (BundleError, before anything is uploaded)
-    unless `allow_downgrade` (journaled on the device); `rollback` is not held to it. An NPU
-    release needs the NPU its profile names (npu_preflight), unless
+    or not trusted. Releases are monotonic: a bundle built before the newest release that went
+    live (and passed its hooks) for the app on the device is refused (BundleError, before
+    anything is uploaded) unless `allow_downgrade` (journaled on the device); `rollback` is
+    not held to it. An NPU release needs the NPU its profile names (npu_preflight), unless
     `cpu_fallback` deploys its IREE CPU module without it. `hooks` run after activation (also when the release was already current
     if `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
     release that was current before) and HealthGateFailed is raised."""
