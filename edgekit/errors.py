@@ -234,6 +234,14 @@ class RemoteCommandFailed(DeviceError):
                                 self.stderr_tail, self.hint)
 
 
+class DeviceAnswerRefused(DeviceError):
+    """What a device sent back is refused before edgekit uses it: a file larger than what was
+    asked implies, a link or device where a regular file belongs, a number that is not finite
+    or out of range. The device is not trusted; nothing it sent was kept."""
+
+    exit_code = 15
+
+
 class HealthGateFailed(DeviceError):
     """A release validated but failed a fleet health gate (latency against the release it
     replaces, or the device's own hooks); it was not left active."""
@@ -272,7 +280,7 @@ EXIT_CODES: dict[str, int] = {
                 BundleError, CannotRunHere, ValidationFailed, UninformativeGolden,
                 BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
-                RemoteCommandFailed, HealthGateFailed, RolloutHalted, LabSetupError,
-                BundleNotTrusted, Interrupted)
+                RemoteCommandFailed, DeviceAnswerRefused, HealthGateFailed, RolloutHalted,
+                LabSetupError, BundleNotTrusted, Interrupted)
 }
 """Every exit code the CLI gives besides 0 (ok), by error class name."""

@@ -33,6 +33,7 @@ class DeployOptions:
     timeouts: Timeouts | None = None   # default: the target profile's, the recipe's, then env
     trust_pickle: bool = False      # the recipe's .pt2 may be unpickled (`--trust-pickle`)
     cpu_fallback: bool = False      # an NPU bundle: deploy its IREE CPU module, no NPU needed
+    allow_downgrade: bool = False   # deploy a build older than the device's newest (journaled)
 
 
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
@@ -81,7 +82,8 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
             return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
                                  hooks=bundle.manifest.hooks,
                                  allow_unsigned=options.allow_unsigned,
-                                 cpu_fallback=options.cpu_fallback)
+                                 cpu_fallback=options.cpu_fallback,
+                                 allow_downgrade=options.allow_downgrade)
     finally:
         bundle.release()                            # a .tar's extraction
         if options.bundle is None or Path(options.bundle).is_dir():

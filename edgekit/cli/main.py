@@ -388,12 +388,15 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 @TRUST_PICKLE
 @click.option("--cpu-fallback", is_flag=True,
               help="an NPU bundle: deploy its IREE CPU module on a device without the NPU")
+@click.option("--allow-downgrade", is_flag=True,
+              help="deploy a build older than the newest release activated on the device "
+                   "(recorded in the device's journal)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @WIDE
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
-           trust_pickle: bool, cpu_fallback: bool,
+           trust_pickle: bool, cpu_fallback: bool, allow_downgrade: bool,
            as_json: bool) -> None:
     """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
     first; check the device, upload, validate on the device, then activate."""
@@ -401,7 +404,7 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
     options = DeployOptions(host=host, bundle=bundle, recipe=recipe, target=target,
                             identity=identity, keep=keep, use_cache=not no_cache,
                             allow_unsigned=allow_unsigned, trust_pickle=trust_pickle,
-                            cpu_fallback=cpu_fallback)
+                            cpu_fallback=cpu_fallback, allow_downgrade=allow_downgrade)
     def stage(name: str, show=None) -> None:
         if name not in DEPLOY_STAGES_THAT_READ:
             _changing(f"the deploy's {name} step on {host}")
@@ -572,6 +575,31 @@ def devices_trust(host: str, fingerprint: str | None, replace: bool, yes: bool) 
                           "`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`")
     pin_host_key(address, key_type, key_b64, replace=replace)
     render.out.print("pinned")
+
+
+@devices.command("untrust-signer")
+@click.argument("host")
+@click.argument("signer")
+@click.option("--identity", type=click.Path(path_type=Path), help="private key [default: the "
+              "registered device's, else ~/.ssh/id_*]")
+@handle_errors
+def devices_untrust_signer(host: str, signer: str, identity: Path | None) -> None:
+    """Remove SIGNER (a principal, or a key's SHA256:… fingerprint) from HOST's allowed
+    signers. Deploys only ever add to that set (a device may have several controllers):
+    this is how a key leaves it. Releases it signed no longer verify there."""
+    from edgekit.device.trust import untrust_signer
+    from edgekit.errors import ConfigError
+    from edgekit.transport import open_device
+    with _connecting(host), open_device(host, identity) as conn:
+        address = conn.where
+        removed = untrust_signer(conn, signer)
+    if not removed:
+        raise ConfigError(f"no signer {signer!r} on {address}", key="signer",
+                          hint="name a principal (the first word of an allowed_signers line) "
+                               "or a key fingerprint SHA256:…")
+    for line in removed:
+        render.out.print(f"{render.untrusted(address)}: removed {render.untrusted(line)}",
+                         highlight=False)
 
 
 @devices.command("list")
@@ -773,7 +801,9 @@ def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
         title = (f"{base.id} vs {new.id}" + (f" (forced: {'; '.join(differ)})" if differ
                                                else ""))
     elif not ids:
-        comparisons = compare_latest()
+        notes: list[str] = []
+        comparisons = compare_latest(notes)
+        _say_skipped(notes)
         title = "newest result of each series against its previous release"
     else:
         raise ConfigError("give two result ids (base new) or none", key="ids")
@@ -800,11 +830,19 @@ def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
 def bench_history(app: str | None, as_json: bool) -> None:
     """Stored results, oldest first."""
     from edgekit.device.history import load_history
-    results = [r for r in load_history() if app is None or r.app == app]
+    notes: list[str] = []
+    results = [r for r in load_history(notes) if app is None or r.app == app]
+    _say_skipped(notes)
     if as_json:
         render.emit_json([r.model_dump(mode="json") for r in results])
     else:
         render.bench_table(results, with_ids=True)
+
+
+def _say_skipped(notes: list[str]) -> None:
+    """Stored results that could not be used, one line each on stderr (the view goes on)."""
+    for note in notes:
+        render.err.print(f"edgekit: {render.untrusted(note)}", highlight=False)
 
 
 @bench.command("report")
@@ -814,7 +852,9 @@ def bench_history(app: str | None, as_json: bool) -> None:
 def bench_report(app: str | None, html: Path) -> None:
     """HTML report of the stored history (distribution, thread scaling, releases)."""
     from edgekit.device.history import compare_latest, load_history
-    results = [r for r in load_history() if app is None or r.app == app]
+    notes: list[str] = []
+    results = [r for r in load_history(notes) if app is None or r.app == app]
+    _say_skipped(notes)
     comparisons = [c for c in compare_latest() if app is None or c.app == app]
     _write_html(html, results, comparisons)
     render.out.print(f"report: {html} ({len(results)} results)")

@@ -1,4 +1,13 @@
-"""Rendering results for people (rich tables) and machines (--json)."""
+"""Rendering results for people (rich tables) and machines (--json).
+
+Text from outside (a device's probe, journal, hook output, bench conditions; a user's file)
+reaches the terminal only through this module, and this module is where it is made harmless:
+`untrusted(text)` escapes its control characters and its rich markup where a command puts it
+in a line; and the consoles themselves (`SafeConsole`) escape any control character a string
+still carries (a newline and a tab excepted) and print a line whose markup does not parse as
+the plain text it is, so a forgotten `untrusted` costs looks, never a raw terminal escape or a
+crash (rich's MarkupError on a device's `[/]`).
+"""
 
 from __future__ import annotations
 
@@ -10,18 +19,58 @@ from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
+
+from edgekit.errors import printable
 
 if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
     from edgekit.models.fleet import FleetDeviceStatus
     from edgekit.models.report import ValidationReport
     from edgekit.pipeline.build import BuildResult
 
-out = Console()
-err = Console(stderr=True)
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x00, 0x20), *range(0x7f, 0xa0))
+             if chr(c) not in "\n\t"}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character but newline and tab escaped as Python writes it
+    (`\\x1b`, `\\r`): what a terminal would act on is shown instead."""
+    return text.translate(_CONTROLS)
+
+
+def untrusted(text: object) -> str:
+    """Outside text (a device's, a user file's) for one line of rich output: control
+    characters (newlines too) escaped, rich markup escaped."""
+    return escape(printable(str(text)))
+
+
+class SafeConsole(Console):
+    """A rich Console that writes no control character it did not make itself (see the module
+    docstring): every string it renders, and every segment of text it lays out, has its
+    control characters escaped; a string whose markup does not parse is printed as text."""
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        text = escape_controls(text)
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False})
+
+    def render(self, renderable, options=None):
+        for segment in super().render(renderable, options):
+            if segment.control is None and segment.text and not segment.text.isprintable() \
+                    and segment.text.translate(_CONTROLS) != segment.text:
+                segment = Segment(segment.text.translate(_CONTROLS), segment.style)
+            yield segment
+
+
+out = SafeConsole()
+err = SafeConsole(stderr=True)
 wide = False     # --wide: tables at their natural width, nothing wrapped or abbreviated
 
 
@@ -30,7 +79,7 @@ def set_wide(value: bool) -> None:
     global out, wide
     if value:
         wide = True
-        out = Console(width=max(400, out.width))
+        out = SafeConsole(width=max(400, out.width))
 
 
 def fitted_table(title: str, columns: list[tuple[str, str]], **kwargs) -> Table:
@@ -315,8 +364,8 @@ def probe_table(device: str, info) -> None:
             ("npu nodes", ", ".join(info.npu_nodes) or "none"),
             ("runtimes", ", ".join(info.runtimes) or "none"),
             ("shims", ", ".join(info.shims) or "none")]
-    for key, value in rows:
-        table.add_row(key, value)
+    for key, value in rows:   # the device's own words: escaped
+        table.add_row(key, untrusted(value))
     out.print(table)
 
 
@@ -419,8 +468,9 @@ def bench_table(results, with_ids: bool = False) -> None:
     out.print(table)
     for r in results:
         if not r.reliable:
-            out.print(f"[yellow]{r.device} {r.app} {r.config.get('threads')}t unreliable:[/] "
-                      + "; ".join(r.unreliable_reasons))
+            out.print(f"[yellow]{untrusted(r.device)} {untrusted(r.app)} "
+                      f"{untrusted(r.config.get('threads'))}t unreliable:[/] "
+                      + untrusted("; ".join(r.unreliable_reasons)), highlight=False)
 
 
 def comparison_table(comparisons, title: str = "against the previous release") -> None:
@@ -581,14 +631,19 @@ def fleet_status_table(app: str, rows: list[FleetDeviceStatus]) -> None:
         lead = [escape(r.device)] + ([escape(r.address)] if wide else []) + [escape(r.target)]
         if not r.reachable:
             table.add_row(*lead, "[red]unreachable[/]", "", "", "")
-            notes.append(f"  {escape(r.device)} ({escape(r.address)}): {escape(r.error)}")
+            notes.append(f"  {untrusted(r.device)} ({untrusted(r.address)}): "
+                         f"{untrusted(r.error)}")
             continue
         v = r.last_validation
-        at = v.at if v is None or wide else v.at[:16].replace("T", " ")
+        at = "" if v is None else v.at if wide else v.at[:16].replace("T", " ")
         checked = "-" if v is None else \
             f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {cut(v.release)} {at}"
-        table.add_row(*lead, cut(r.current) if r.current else "-", r.built_for or "-",
-                      r.runtime or "-", checked)
+        if r.error:   # reachable, but what it answered was refused: the row says so
+            checked = "[red]refused answer[/]"
+            notes.append(f"  {untrusted(r.device)} ({untrusted(r.address)}): "
+                         f"{untrusted(r.error)}")
+        table.add_row(*lead, untrusted(cut(r.current)) if r.current else "-",
+                      untrusted(r.built_for or "-"), untrusted(r.runtime or "-"), checked)
     out.print(table)
     for line in notes:
         out.print(line, highlight=False)

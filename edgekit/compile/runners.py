@@ -25,9 +25,14 @@ from edgekit.toolchain.iree_runtime import (  # noqa: F401 (LeanCall: bench/call
     InProcessModule, LeanCall, _flat_tensor_signature)
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
-from edgekit.validate.outputs import as_declared, output_file, read_output
+from edgekit.validate.outputs import (as_declared, output_byte_cap, output_file, read_output,
+                                      static_nbytes)
 
 log = logging.getLogger("edgekit.compile")
+
+# What a remote graph's output of a dynamic shape may be at most (the device is not trusted:
+# every download has a cap; a static shape's is its own size)
+DYNAMIC_OUTPUT_MAX_BYTES = 256 << 20
 
 
 @dataclass
@@ -182,8 +187,10 @@ class RemoteRunner(Runner):
                 f"{self._release}/module.vmfb", m.runtime_driver, m.entry_function, inputs,
                 outputs, tool=self._tool, threads=m.runtime_threads),
                 what="running the graph on the device")
-            for name, remote in zip(names, outputs):
-                self._conn.get(remote, Path(tmp) / name)
+            for name, remote, o in zip(names, outputs, m.outputs):
+                nbytes = static_nbytes(o.shape, o.dtype)   # a dynamic shape: the fallback cap
+                self._conn.get(remote, Path(tmp) / name, max_bytes=output_byte_cap(
+                    DYNAMIC_OUTPUT_MAX_BYTES if nbytes is None else nbytes))
             return read_outputs([Path(tmp) / name for name in names], m)
 
 

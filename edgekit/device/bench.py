@@ -18,6 +18,7 @@ import numpy as np
 
 from edgekit.config.address import safe_name
 from edgekit.device import layout
+from edgekit.device.answers import ascii_int, finite_float
 from edgekit.config.devices import device_label
 from edgekit.config.profiles import Target
 from edgekit.device.deploy import deploy_bundle, preflight_target
@@ -26,7 +27,8 @@ from edgekit.device.probe import SHIMS, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import current_release, verify_release
 from edgekit.device.trust import check_signature
-from edgekit.errors import BundleError, ConfigError, RemoteCommandFailed
+from edgekit.errors import (BundleError, ConfigError, DeviceAnswerRefused, RemoteCommandFailed,
+                            printable)
 from edgekit.models.bench import BenchResult, Conditions, LatencyStats
 from edgekit.models.bundle import MANIFEST, Bundle, Manifest, load_bundle
 from edgekit.toolchain.iree import runtime_flags
@@ -36,6 +38,7 @@ from edgekit.transport.base import Transport
 
 BUSY_PCT = 30.0               # CPU busy share right before a run above which timings are suspect
 HOT_C = 80.0
+MAX_CONDITION_ITEMS = 256    # CPUs' frequencies and governors, thermal zones
 UNSTABLE_ROUNDS_CV = 0.10     # spread of per-round medians / their mean
 NOISY_CALLS_CV = 0.30          # per-call spread (single-round runs only: tails are normal)
 
@@ -222,7 +225,7 @@ def bench_round(conn: Transport, arch: str, release: str, manifest: Manifest,
         raise RemoteCommandFailed("iree-benchmark-module failed", where=conn.where,
                                   argv=["bench.sh", *flags], returncode=result.returncode,
                                   stderr_tail=result.stderr.decode(errors="replace")[-3000:])
-    samples = per_call_ms(json.loads(result.stdout))[config.warmup:]
+    samples = per_call_ms(benchmark_json(result.stdout, conn.where))[config.warmup:]
     return RoundRun(samples, _peak_rss(result.stderr), before, after)
 
 
@@ -250,11 +253,42 @@ def summarize(conn: Transport, arch: str, app: str, release: str, manifest: Mani
                   "iree_runtime": manifest.compiler_version})
 
 
-def per_call_ms(report: dict) -> list[float]:
-    """Per-repetition times from google-benchmark JSON (one call each), in ms."""
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    return [b["real_time"] * scale[b.get("time_unit", "ns")]
-            for b in report.get("benchmarks", []) if b.get("run_type") == "iteration"]
+# A call's time as a device may report it: finite, above zero, under a day (the device is not
+# trusted: a NaN or 1e999 stored once would break every later `bench` view)
+MAX_CALL_MS = 86_400_000.0
+_TIME_SCALE = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def benchmark_json(stdout: bytes, where: str) -> dict:
+    """iree-benchmark-module's --benchmark_format=json report, or DeviceAnswerRefused."""
+    try:
+        report = json.loads(stdout)
+    except ValueError as exc:
+        raise DeviceAnswerRefused(f"the benchmark's report is not JSON ({exc})", where=where,
+                                  hint="run bench.sh on the device by hand to see what it "
+                                       "prints") from None
+    if not isinstance(report, dict):
+        raise DeviceAnswerRefused("the benchmark's report is not a JSON object", where=where)
+    return report
+
+
+def per_call_ms(report: dict, where: str = "bench") -> list[float]:
+    """Per-repetition times from google-benchmark JSON (one call each), in ms; a time that is
+    not a finite number in (0, a day] is DeviceAnswerRefused."""
+    runs = report.get("benchmarks", [])
+    samples = []
+    for b in runs if isinstance(runs, list) else ():
+        if not isinstance(b, dict) or b.get("run_type") != "iteration":
+            continue
+        unit = b.get("time_unit", "ns")
+        value = finite_float(b.get("real_time"), 0.0, MAX_CALL_MS / _TIME_SCALE.get(unit, 1.0))
+        if unit not in _TIME_SCALE or value is None or value <= 0:
+            raise DeviceAnswerRefused(
+                f"the benchmark reported a call time of {printable(repr(b.get('real_time')))[:40]}"
+                f" {printable(str(unit))[:8]}: not a time (finite, above 0, under a day)",
+                where=where, hint="run bench.sh on the device by hand to see what it prints")
+        samples.append(value * _TIME_SCALE[unit])
+    return samples
 
 
 def latency_stats(samples_ms: list[float], round_p50_ms: list[float] = ()) -> LatencyStats:
@@ -277,20 +311,30 @@ def parse_conditions(text: str) -> Conditions:
         key, sep, value = line.partition("=")
         if not sep:
             continue
+        # the device is not trusted: numbers within what they can be, words short and
+        # printable, a bounded number of CPUs and sensors; anything else is "not said"
+        name = printable(key.split(".", 1)[-1])[:32]
         if key == "loadavg":
-            fields["loadavg"] = tuple(float(v) for v in value.split()[:3])
-        elif key == "cpu_busy_pct" and value.replace(".", "", 1).isdigit():
-            fields[key] = float(value)
-        elif key in ("cores", "mem_available_kb") and value.isdigit():
-            fields[key] = int(value)
-        elif key.startswith("freq_khz.") and value.isdigit():
-            fields["freq_khz"][key.split(".", 1)[1]] = int(value)
+            loads = [finite_float(v, 0.0, 1e6) for v in value.split()[:3]]
+            if len(loads) == 3 and None not in loads:
+                fields["loadavg"] = tuple(loads)
+        elif key == "cpu_busy_pct" and finite_float(value, 0.0, 100.0) is not None:
+            fields[key] = finite_float(value, 0.0, 100.0)
+        elif key in ("cores", "mem_available_kb") and ascii_int(value, 1 << 50) is not None:
+            fields[key] = ascii_int(value, 1 << 50)
+        elif key.startswith("freq_khz.") and ascii_int(value, 1 << 32) is not None:
+            if len(fields["freq_khz"]) < MAX_CONDITION_ITEMS:
+                fields["freq_khz"][name] = ascii_int(value, 1 << 32)
         elif key.startswith("governor."):
-            fields["governor"][key.split(".", 1)[1]] = value
-        elif key.startswith("temp_mc.") and value.lstrip("-").isdigit():
-            fields["temp_c"][key.split(".", 1)[1]] = int(value) / 1000
+            if len(fields["governor"]) < MAX_CONDITION_ITEMS:
+                fields["governor"][name] = printable(value)[:32]
+        elif key.startswith("temp_mc.") and finite_float(value, -300_000, 300_000) is not None:
+            if len(fields["temp_c"]) < MAX_CONDITION_ITEMS:
+                fields["temp_c"][name] = int(finite_float(value, -300_000, 300_000)) / 1000
         elif key == "throttled":
-            fields["throttled"] = value
+            # vcgencmd get_throttled's word (0x50005); anything else is shown as unreadable
+            fields["throttled"] = value if ascii_int(value, 0xFFFFFFFF, base=16) is not None \
+                else "unreadable"
     return Conditions.model_validate(fields)
 
 
@@ -347,8 +391,7 @@ def unreliable_reasons(before: Conditions, after: Conditions, latency: LatencySt
 def _peak_rss(stderr: bytes) -> int:
     for line in reversed(stderr.decode(errors="replace").splitlines()):
         if line.startswith("edgekit-peak-rss-kb="):
-            value = line.split("=", 1)[1]
-            return int(value) if value.isdigit() else 0
+            return ascii_int(line.split("=", 1)[1], 1 << 40) or 0
     return 0
 
 

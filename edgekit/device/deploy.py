@@ -33,18 +33,19 @@ from edgekit.device import npu_preflight as npu_probe
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import (activate, clean_leftovers, current_release, in_flight,
-                                     journal_event, protected_releases, prune_releases,
+                                     is_older, journal_event, newest_activated,
+                                     protected_releases, prune_releases, record_newest,
                                      scratch_token, verify_release)
 from edgekit.device.trust import check_signature, install_signers
-from edgekit.errors import (CannotRunHere, DeviceIncompatible, EdgekitError, HealthGateFailed,
-                            RemoteCommandFailed, ValidationFailed)
+from edgekit.errors import (BundleError, CannotRunHere, DeviceIncompatible, EdgekitError,
+                            HealthGateFailed, RemoteCommandFailed, ValidationFailed)
 from edgekit.models.bundle import (DISPATCH_CONFIGS, Bundle, MANIFEST, MODULE, NPU, SIGNATURE,
                                    VARIANTS, sha256_file)
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.toolchain.iree import runtime_flags
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
-from edgekit.validate.outputs import output_file, read_output
+from edgekit.validate.outputs import output_byte_cap, output_file, read_output
 from edgekit.validate.tolerance import output_limits
 from edgekit.validate.samples import worst_per_output
 
@@ -152,11 +153,15 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                   on_stage: Callable[[str], None] | None = None, *, gate: Gate | None = None,
                   hooks: Hooks | None = None, hooks_when_current: bool = False,
                   fallback: str | None | bool = False,
-                  allow_unsigned: bool = False, cpu_fallback: bool = False) -> DeployResult:
+                  allow_unsigned: bool = False, cpu_fallback: bool = False,
+                  allow_downgrade: bool = False) -> DeployResult:
     """Deploy a built bundle on a connected device (see the module docstring for the order).
     Its signature is checked here and again on the device; `allow_unsigned` (the user's
     explicit opt-out, journaled on the device) deploys a bundle whose signature is missing
-    or not trusted. An NPU release needs the NPU its profile names (npu_preflight), unless
+    or not trusted. Releases are monotonic: a bundle built before the newest release that went
+    live (and passed its hooks) for the app on the device is refused (BundleError, before
+    anything is uploaded) unless `allow_downgrade` (journaled on the device); `rollback` is
+    not held to it. An NPU release needs the NPU its profile names (npu_preflight), unless
     `cpu_fallback` deploys its IREE CPU module without it. `hooks` run after activation (also when the release was already current
     if `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
     release that was current before) and HealthGateFailed is raised."""
@@ -189,6 +194,16 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     runtime = layout.runtime_dir(m.compiler_version, info.arch)
     shims = layout.shims_dir(shim_version())
     previous = current_release(conn, app)
+    newest = newest_activated(conn, app)
+    downgrade = newest is not None and previous != release and newest[1] != release \
+        and is_older(m.created_at, newest[0])
+    if downgrade and not allow_downgrade:
+        raise BundleError(
+            f"release {release} (built {m.created_at}) is older than {newest[1]} (built "
+            f"{newest[0]}), the newest release of {app} activated on the device; refused, "
+            "nothing was uploaded", where=conn.where,
+            hint="deploy a newer build, `edgekit rollback` to go back to an earlier release, "
+                 "or pass --allow-downgrade (recorded in the device's journal)")
 
     stage("upload")
     clean_leftovers(conn, app, keep=release)   # before the upload: a full disk gets its space
@@ -199,6 +214,8 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                                      module=variant.file if variant else MODULE)
         if signer is None:
             journal_event(conn, app, "unsigned-allowed", release)
+        if downgrade:
+            journal_event(conn, app, "downgrade-allowed", release)
 
         stage("validate")
         try:   # a release that does not go live here does not stay (unless protected)
@@ -231,6 +248,8 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
         stage("hooks")
         run_hooks(conn, app, release, hooks, shims,
                   fallback=previous if fallback is False else fallback)
+    if activated:   # live and healthy: the newest release, if newer than the device's record
+        record_newest(conn, app, m.created_at, release)
     pruned = prune_releases(conn, app, keep)
     now = time.perf_counter()
     marks = list(timings.items()) + [("end", now)]
@@ -332,7 +351,14 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
             if exists:  # corrupted and not live: out of the way, removed once replaced
                 aside = layout.trash_dir(app, scratch_token())
                 conn.rename(target, aside)
-            conn.rename(staging, target)
+            try:
+                conn.rename(staging, target)
+            except RemoteCommandFailed:
+                # a deploy of the same release at the same time renamed its copy first: the
+                # release is in place if that copy verifies (ours is then removed below)
+                if conn.run(verify(target), check=False).returncode != 0:
+                    raise
+                _remove_quietly(conn, staging)
         except BaseException:
             _remove_quietly(conn, staging)
             raise
@@ -463,26 +489,26 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
                 f"activated", where=conn.where, argv=["run.sh", out_dir],
                 returncode=result.returncode, stderr_tail=result.stderr[-3000:].decode(
                     errors="replace"), hint=SPACE_HINT)
-        with contextlib.nullcontext(scratch) as tmp:
-            comparisons = []
-            for i, (sig, golden) in enumerate(zip(m.outputs, golden_outputs)):
-                name = output_file(i, sig.dtype)
-                local = tmp / f"s{sample}-{name}"
-                expected = _golden(bundle.file(golden), sig.dtype)
-                if result.returncode != 0:
-                    comparisons.append(_run_failed(sig.name, expected, result.stderr))
-                    continue
-                conn.get(f"{out_dir}/{name}", local)
-                try:
-                    # IREE's integers are signless: read as the manifest declares the output
-                    actual = read_output(local, sig.dtype, expected.shape)
-                except (ValueError, EOFError, OSError) as exc:
-                    raise _unreadable_output(conn, m.app, name, exc) from None
-                if keep is not None:
-                    keep[(sample, i)] = actual
-                comparisons.append(compare_output(
-                    sig.name, actual, expected,
-                    output_limits(m.tolerances, sig.name, str(expected.dtype))))
+        comparisons = []
+        for i, (sig, golden) in enumerate(zip(m.outputs, golden_outputs)):
+            name = output_file(i, sig.dtype)
+            local = scratch / f"s{sample}-{name}"
+            expected = _golden(bundle.file(golden), sig.dtype)
+            if result.returncode != 0:
+                comparisons.append(_run_failed(sig.name, expected, result.stderr))
+                continue
+            # the device is not trusted: no more than this output's data and a header
+            conn.get(f"{out_dir}/{name}", local, max_bytes=output_byte_cap(expected.nbytes))
+            try:
+                # IREE's integers are signless: read as the manifest declares the output
+                actual = read_output(local, sig.dtype, expected.shape)
+            except (ValueError, EOFError, OSError) as exc:
+                raise _unreadable_output(conn, m.app, name, exc) from None
+            if keep is not None:
+                keep[(sample, i)] = actual
+            comparisons.append(compare_output(
+                sig.name, actual, expected,
+                output_limits(m.tolerances, sig.name, str(expected.dtype))))
     finally:
         _remove_quietly(conn, out_dir)
     return ValidationReport(app=m.app, target=m.target, where=conn.where,

@@ -66,7 +66,8 @@ class BoardFacts:
         parts, compatible, vulkan = {}, "", {}
         for line in text.splitlines():
             fields = line.split()
-            if len(fields) == 3 and fields[0] == "part" and fields[1].isdigit():
+            if len(fields) == 3 and fields[0] == "part" and fields[1].isascii() \
+                    and fields[1].isdigit() and len(fields[1]) < 8:
                 parts[int(fields[1])] = fields[2].lower()
             elif fields[:1] == ["compatible"]:
                 compatible = " ".join(fields[1:])

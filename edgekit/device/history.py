@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 from edgekit.config.paths import edgekit_home
-from edgekit.errors import ConfigError
+from edgekit.errors import ConfigError, DeviceAnswerRefused, printable
 from edgekit.models.bench import BenchResult, Comparison
 
 MIN_NOISE_PCT = 3.0
@@ -27,7 +27,40 @@ def history_dir() -> Path:
     return edgekit_home() / "bench"
 
 
+def unusable_figures(result: BenchResult) -> list[str]:
+    """The figures of a result that no measurement gives: NaN, infinite, negative, or a
+    latency of zero. A result holding one would break every view that does arithmetic on it
+    (history, compare, report): it is refused when stored and skipped when read."""
+    bad = []
+
+    def walk(value, path: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}.{key}")
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]")
+        elif isinstance(value, float) and not math.isfinite(value):
+            bad.append(f"{path} = {value}")
+    walk(result.latency.model_dump(), "latency")
+    walk(result.before.model_dump(), "before")
+    walk(result.after.model_dump(), "after")
+    lat = result.latency
+    if not bad and not (0 < lat.min_ms <= lat.p50_ms <= lat.max_ms and lat.stddev_ms >= 0
+                        and lat.throughput_per_s > 0):
+        bad.append(f"latency min {lat.min_ms} / p50 {lat.p50_ms} / max {lat.max_ms} ms")
+    if result.peak_rss_kb < 0:
+        bad.append(f"peak_rss_kb = {result.peak_rss_kb}")
+    return bad
+
+
 def store(result: BenchResult) -> Path:
+    bad = unusable_figures(result)
+    if bad:
+        raise DeviceAnswerRefused(
+            f"benchmark result {result.id} not stored: {'; '.join(bad)[:300]}",
+            where=result.device, hint="the device reported figures no measurement gives; "
+                                      "check its IREE tools and run the benchmark again")
     directory = history_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{result.id}.json"
@@ -37,13 +70,25 @@ def store(result: BenchResult) -> Path:
     return path
 
 
-def load_history() -> list[BenchResult]:
-    """Every stored result, oldest first."""
+def load_history(notes: list[str] | None = None) -> list[BenchResult]:
+    """Every stored result, oldest first. A file that is not a usable result (unreadable,
+    malformed, or holding NaN/inf figures from before they were refused) is skipped, and a
+    line saying so is added to `notes`: one bad record never breaks the views."""
     directory = history_dir()
     if not directory.is_dir():
         return []
-    results = [BenchResult.model_validate(json.loads(p.read_text()))
-               for p in directory.glob("*.json")]
+    results = []
+    for path in directory.glob("*.json"):
+        try:
+            result = BenchResult.model_validate(json.loads(path.read_bytes()))
+            bad = unusable_figures(result)
+        except (OSError, ValueError) as exc:   # pydantic's ValidationError is a ValueError
+            bad = [printable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)]
+        if bad:
+            if notes is not None:
+                notes.append(f"skipped {path}: {'; '.join(bad)[:200]}")
+            continue
+        results.append(result)
     return sorted(results, key=lambda r: (r.created_at, r.id))
 
 
@@ -115,9 +160,10 @@ def differences(base: BenchResult, new: BenchResult) -> list[str]:
     return found
 
 
-def compare_latest() -> list[Comparison]:
-    """For each series' newest result: against the newest result of its previous release."""
-    history = load_history()
+def compare_latest(notes: list[str] | None = None) -> list[Comparison]:
+    """For each series' newest result: against the newest result of its previous release
+    (`notes`: see load_history)."""
+    history = load_history(notes)
     newest: dict[tuple, BenchResult] = {}
     for r in history:
         newest[series_key(r)] = r

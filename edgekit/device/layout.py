@@ -5,6 +5,7 @@
     .edgekit/apps/<app>/releases/<release-id>/{manifest.json,module.vmfb,golden/…}
     .edgekit/apps/<app>/current -> releases/<release-id>
     .edgekit/apps/<app>/journal.jsonl
+    .edgekit/apps/<app>/newest            "<created_at> <release>" of the newest activated
 
 and, while a deploy runs, its scratch beside `releases/` (dot names, tagged with the deploying
 process, so the next deploy can tell a dead deploy's leftovers from a running one's):
@@ -62,6 +63,12 @@ SCRATCH_PREFIXES = (".staging-", ".validation-", ".trash-", ".inflight-", ".curr
 
 def current_link(app: str) -> str:
     return f"{app_dir(app)}/current"
+
+
+def newest_marker(app: str) -> str:
+    """The build time and id of the newest release ever activated (deploy refuses older ones
+    unless told: releases are monotonic; rollback is not a deploy and is not held to it)."""
+    return f"{app_dir(app)}/newest"
 
 
 def journal(app: str) -> str:

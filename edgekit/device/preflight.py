@@ -88,7 +88,7 @@ def fitting_targets(info: DeviceInfo, backend: str | None = None) -> list[str]:
 def _version(text: str) -> tuple[int, ...]:
     parts = []
     for p in text.split("."):
-        if not p.isdigit():
+        if not (p.isascii() and p.isdigit() and len(p) < 10):   # the device's glibc text
             break
         parts.append(int(p))
     return tuple(parts)

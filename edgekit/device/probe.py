@@ -9,8 +9,9 @@ import pydantic
 
 from edgekit.config.resources import shims_dir
 from edgekit.config.schema_base import Frozen
+from edgekit.device.answers import ascii_int
 from edgekit.device.layout import ROOT
-from edgekit.errors import DeviceError
+from edgekit.errors import DeviceError, printable
 from edgekit.transport.base import Transport
 
 SHIMS = shims_dir()
@@ -68,6 +69,15 @@ def _flags_match_arch(flags: tuple[str, ...], arch: str) -> bool:
     return x86 == (arch == "x86_64")
 
 
+# What a probe's numbers may be (the device is not trusted: a number out of range is read as
+# "not said", never as a huge free disk or a crash): a 64-bit hwcap word, a million cores,
+# 2^50 KiB (an exbibyte) of memory or disk.
+HWCAP_MAX = (1 << 64) - 1
+MAX_VALUE_CHARS = 4096          # /proc/cpuinfo's flags line is ~1.5 kB on a recent x86
+MAX_LIST_ITEMS = 64             # Vulkan devices, NPU nodes, runtimes, shim versions
+NUMBER_MAX = {"cores": 1 << 20, "mem_kb": 1 << 50, "free_kb": 1 << 50}
+
+
 def parse_probe(text: str) -> DeviceInfo:
     fields: dict = {"vulkan_devices": [], "npu_nodes": [], "runtimes": [], "shims": []}
     lists = {"vulkan_device": "vulkan_devices", "npu_node": "npu_nodes", "runtime": "runtimes",
@@ -76,15 +86,17 @@ def parse_probe(text: str) -> DeviceInfo:
         key, sep, value = line.partition("=")
         if not sep:
             continue
-        value = value.strip()
+        # device text, bounded and with its control characters escaped before it is kept
+        value = printable(value.strip()[:MAX_VALUE_CHARS])
         if key in lists:
-            fields[lists[key]].append(value)
+            if len(fields[lists[key]]) < MAX_LIST_ITEMS:
+                fields[lists[key]].append(value)
         elif key == "cpu_flags":
             fields[key] = tuple(value.split())
         elif key in ("hwcap", "hwcap2"):
-            fields[key] = int(value, 16) if value else None
+            fields[key] = ascii_int(value, HWCAP_MAX, base=16)
         elif key in ("cores", "mem_kb", "free_kb"):
-            fields[key] = int(value) if value.isdigit() else 0
+            fields[key] = ascii_int(value, NUMBER_MAX[key]) or 0
         elif key in DeviceInfo.model_fields:
             fields[key] = value
     flags, arch = fields.get("cpu_flags", ()), fields.get("arch", "")

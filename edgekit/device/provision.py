@@ -11,18 +11,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
+import json
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.config.paths import cache_root
+from edgekit.config.paths import cache_root, edgekit_home
 from edgekit.config.profiles import host_arch
 from edgekit.device import layout
 from edgekit.device.probe import SHIMS, DeviceInfo
-from edgekit.errors import DeviceIncompatible
+from edgekit.errors import ConfigError, DeviceIncompatible
 from edgekit.models.bundle import sha256_file
 from edgekit.toolchain.runner import run_tool
 from edgekit.toolchain.versions import iree_runtime_version
@@ -53,26 +55,92 @@ def shim_version() -> str:
 
 
 def runtime_tools(arch: str, version: str) -> Path:
-    """Local directory with the device tools for `arch` at `version` (fetched once, cached)."""
+    """Local directory with the device tools for `arch` at `version` (fetched once, cached).
+    A cached tool is used only when its sha256 is the toolchain's record: the installed
+    runtime package's own files for this machine's arch, else the digests this edgekit home
+    recorded when it fetched them (in $EDGEKIT_HOME, private) — a tool swapped in the cache is
+    refused, and a cache directory others may write is refused outright."""
     if arch not in WHEEL_PLATFORM:
         raise DeviceIncompatible(f"no IREE runtime build for arch {arch}",
                                  hint=f"supported: {', '.join(WHEEL_PLATFORM)}")
     bin_dir = cache_root() / "runtime" / f"iree-{version}-{arch}" / "bin"
-    if all((bin_dir / t).is_file() for t in TOOLS):
+    _refuse_shared(bin_dir)
+    record = _tool_record(arch, version)
+    if record is not None and all((bin_dir / t).is_file() for t in TOOLS):
+        _check_tools(bin_dir, record)
         return bin_dir
     staging = Path(tempfile.mkdtemp(prefix="edgekit-runtime-"))
     try:
-        if arch == host_arch() and version == iree_runtime_version():
+        if _from_this_python(arch, version):
             import iree._runtime_libs as libs
             for tool in TOOLS:
                 shutil.copy2(Path(libs.__file__).parent / tool, staging / tool)
         else:
             _extract_from_wheel(arch, version, staging)
+        fetched = {tool: sha256_file(staging / tool) for tool in TOOLS}
+        if record is not None and fetched != record:
+            raise ConfigError(
+                f"the IREE {version} tools for {arch} fetched now differ from those recorded "
+                "when they were first fetched", key="EDGEKIT_CACHE_DIR",
+                hint=f"remove {_record_path(arch, version)} to trust the new download")
         bin_dir.parent.mkdir(parents=True, exist_ok=True)
-        _publish(staging, bin_dir)
+        _publish(staging, bin_dir)       # another copy published first is kept: checked next
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    _check_tools(bin_dir, fetched)
+    if not _from_this_python(arch, version):
+        _record_path(arch, version).parent.mkdir(parents=True, exist_ok=True)
+        _record_path(arch, version).write_text(json.dumps(fetched, indent=1))
     return bin_dir
+
+
+def _from_this_python(arch: str, version: str) -> bool:
+    return arch == host_arch() and version == iree_runtime_version()
+
+
+def _record_path(arch: str, version: str) -> Path:
+    return edgekit_home() / "toolchain-records" / f"iree-{version}-{arch}.json"
+
+
+def _tool_record(arch: str, version: str) -> dict[str, str] | None:
+    """The sha256 each tool must have: the installed runtime package's files (this machine's
+    arch and version), else what this home recorded when it fetched them; None: no record."""
+    if _from_this_python(arch, version):
+        import iree._runtime_libs as libs
+        return {tool: sha256_file(Path(libs.__file__).parent / tool) for tool in TOOLS}
+    try:
+        found = json.loads(_record_path(arch, version).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and set(found) == set(TOOLS) else None
+
+
+def _check_tools(bin_dir: Path, record: dict[str, str]) -> None:
+    swapped = [tool for tool in TOOLS if sha256_file(bin_dir / tool) != record[tool]]
+    if swapped:
+        raise ConfigError(
+            f"cached {', '.join(swapped)} in {bin_dir} differ from the toolchain's record "
+            "(sha256): not provisioned to any device", key="EDGEKIT_CACHE_DIR",
+            hint=f"remove {bin_dir.parent} (it is fetched again), and find out who changed it")
+
+
+def _refuse_shared(bin_dir: Path) -> None:
+    """The tool cache and the folders above it up to the cache root: no one else may write
+    them (group or world write, without the sticky bit of a shared /tmp)."""
+    root = cache_root()
+    for folder in (bin_dir, *bin_dir.parents):
+        try:
+            mode = folder.stat().st_mode
+        except OSError:
+            mode = 0
+        if mode & 0o022 and not mode & stat.S_ISVTX:
+            raise ConfigError(f"the tool cache {folder} is writable by others (mode "
+                              f"{stat.S_IMODE(mode):o}): its tools are not deployed",
+                              key="EDGEKIT_CACHE_DIR",
+                              hint=f"chmod go-w {folder}, or point EDGEKIT_CACHE_DIR at a "
+                                   "directory only you can write")
+        if folder == root or root not in folder.parents:
+            break
 
 
 def _publish(staging: Path, bin_dir: Path) -> None:

@@ -10,20 +10,28 @@ target's sha256 (verify shim) before it goes live.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
 import re
 import secrets
+import re
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgekit.device import layout
 from edgekit.errors import ConfigError, EdgekitError, RemoteCommandFailed
 from edgekit.config.address import safe_name
 from edgekit.transport.base import Transport
+
+
+# a release's name as a journal or record may hold it: one safe path component (safe_name)
+RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -155,13 +163,16 @@ def list_releases(conn: Transport, app: str) -> list[tuple[str, float]]:
 def activation_history(conn: Transport, app: str) -> list[str]:
     """Releases in the order they were activated (oldest first), from the device's journal."""
     history = []
-    for line in (conn.read_text(layout.journal(app)) or "").splitlines():
+    for line in (conn.read_tail(layout.journal(app)) or "").splitlines():
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if event.get("event") in ("activate",):
-            history.append(str(event.get("release")))
+        # the device is not trusted: only events as activate.sh writes them count
+        if isinstance(event, dict) and event.get("event") == "activate" \
+                and isinstance(event.get("release"), str) \
+                and RELEASE_ID.fullmatch(event["release"]):
+            history.append(event["release"])
     return history
 
 
@@ -199,7 +210,8 @@ def scratch_token() -> str:
 
 def _owner_running(owner: str, age_s: float) -> bool:
     host, _, pid = owner.partition("-")
-    if not pid.isdigit():           # not a name this version writes: nobody runs it
+    if not (pid.isascii() and pid.isdigit() and len(pid) < 10):  # not a name this version
+        # writes (the device names these entries): nobody runs it
         return False
     if host != scratch_owner().partition("-")[0]:
         return age_s < FOREIGN_SCRATCH_S
@@ -253,7 +265,7 @@ def clean_leftovers(conn: Transport, app: str, keep: str | None = None) -> tuple
         doomed.append(name)
     current, target = protected_releases(conn, app)
     # activate.sh journals every switch: with a `current` but no journal, history is unknown
-    if current is None or conn.read_text(layout.journal(app)) is not None:
+    if current is None or conn.read_tail(layout.journal(app), max_bytes=1) is not None:
         spared = set(activation_history(conn, app)) | running | {current, target, keep}
         doomed += [f"releases/{name}" for name, _ in list_releases(conn, app)
                    if name not in spared]
@@ -269,6 +281,43 @@ def previous_release(history: list[str], current: str | None) -> str | None:
         if name != current:
             return name
     return None
+
+
+def _built_at(text: str) -> datetime.datetime | None:
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
+
+
+def newest_activated(conn: Transport, app: str) -> tuple[str, str] | None:
+    """(build time, release) of the newest release ever activated for `app` on the device;
+    None when none was (or the record is not one edgekit writes: then nothing is refused)."""
+    fields = (conn.read_text(layout.newest_marker(app), max_bytes=512) or "").split()
+    if len(fields) != 2 or _built_at(fields[0]) is None \
+            or not RELEASE_ID.fullmatch(fields[1]):
+        return None
+    return fields[0], fields[1]
+
+
+def is_older(created_at: str, than: str) -> bool:
+    """Whether a release built at `created_at` is older than one built at `than`."""
+    a, b = _built_at(created_at), _built_at(than)
+    return a is not None and b is not None and a < b
+
+
+def record_newest(conn: Transport, app: str, created_at: str, release: str) -> None:
+    """After an activation: remember the release if it is the newest activated so far."""
+    newest = newest_activated(conn, app)
+    if _built_at(created_at) is None or (newest and not is_older(newest[0], created_at)):
+        return
+    staging = f"{layout.newest_marker(app)}.{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="edgekit-newest-") as tmp:
+        local = Path(tmp) / "newest"
+        local.write_text(f"{created_at} {safe_name(release, 'release')}\n")
+        conn.put(local, staging)
+    conn.rename(staging, layout.newest_marker(app))
 
 
 def journal_event(conn: Transport, app: str, event: str, release: str) -> None:

@@ -9,7 +9,6 @@ Used by `edgekit tune --host` (candidate variants), `edgekit build --compare-qua
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,19 +17,24 @@ import numpy as np
 
 from edgekit.config.address import safe_name
 from edgekit.device import layout
-from edgekit.device.bench import RoundConfig, bench_round
+from edgekit.device.bench import RoundConfig, bench_round, benchmark_json
 from edgekit.device.deploy import release_id, upload_release, validate_on_device
 from edgekit.device.preflight import pick_variant
 from edgekit.device.probe import probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import list_releases, scratch_token
 from edgekit.device.trust import install_signers
-from edgekit.errors import RemoteCommandFailed
+from edgekit.errors import DeviceAnswerRefused, RemoteCommandFailed
 from edgekit.models.bundle import MODULE, Bundle
 from edgekit.toolchain.iree import driver_for_threads, runtime_config
 from edgekit.toolchain.iree_profile import profiling_flags
 from edgekit.transport import open_device
 from edgekit.transport.base import Transport
+
+# The most a device's HAL profile trace may be (the device is not trusted: every download has
+# a cap; a trace of a few thousand dispatches is a few MiB)
+TRACE_MAX_BYTES = 256 << 20
+
 
 @dataclass
 class DeviceTrial:
@@ -76,8 +80,12 @@ class DeviceTrial:
                                           stderr_tail=result.stderr.decode(
                                               errors="replace")[-2000:])
             local = into / "device.ireeprof"
-            self.conn.get(trace, local)
-            return json.loads(result.stdout)["benchmarks"][0], local
+            self.conn.get(trace, local, max_bytes=TRACE_MAX_BYTES)
+            runs = benchmark_json(result.stdout, self.conn.where).get("benchmarks")
+            if not isinstance(runs, list) or not runs or not isinstance(runs[0], dict):
+                raise DeviceAnswerRefused("the profiled benchmark reported no run",
+                                          where=self.conn.where)
+            return runs[0], local
         finally:
             self.conn.run(["rm", "-rf", "--", scratch], check=False)
 

@@ -4,12 +4,14 @@ signature again (and every sha256) before a release is activated or rolled back 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
+import tempfile
 from pathlib import Path
 
 from edgekit.device import layout
-from edgekit.errors import BundleNotTrusted
+from edgekit.errors import BundleNotTrusted, RemoteCommandFailed
 from edgekit.models.bundle import MANIFEST, SIGNATURE, Bundle
 from edgekit.toolchain.signing import trusted_signers, verify_bundle
 from edgekit.transport.base import Transport
@@ -50,13 +52,77 @@ def _contents(*paths: Path) -> tuple[bytes, ...] | None:
         return None
 
 
-def install_signers(conn: Transport) -> None:
-    """Put this host's allowed_signers on the device (replaced by one rename: a verify.sh
-    running meanwhile reads the old file or the new one)."""
-    local = trusted_signers()
-    if conn.read_text(DEVICE_SIGNERS) == local.read_text():
-        return
+def signer_lines(text: str) -> list[str]:
+    """The entries of an allowed_signers text (comments and blank lines dropped)."""
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _key_of(line: str) -> str | None:
+    """An allowed_signers entry's key (type and base64): the identity of the entry."""
+    fields = line.split()
+    for i, field in enumerate(fields[:-1]):
+        if field.startswith(("ssh-", "ecdsa-", "sk-")):
+            return f"{field} {fields[i + 1]}"
+    return None
+
+
+def signer_fingerprint_of(line: str) -> str:
+    """OpenSSH's SHA256 fingerprint of an allowed_signers entry's key ("" if none)."""
+    key = _key_of(line)
+    if key is None:
+        return ""
+    try:
+        blob = base64.b64decode(key.split()[1], validate=True)
+    except ValueError:
+        return ""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def merged_signers(device: str, ours: str) -> str:
+    """The device's signers with ours added (by key): a set a deploy adds to and never
+    replaces, so a device serves several controllers, each one's releases verifiable."""
+    lines = signer_lines(device)
+    keys = {_key_of(line) for line in lines}
+    lines += [line for line in signer_lines(ours) if _key_of(line) not in keys]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def install_signers(conn: Transport, attempts: int = 3) -> None:
+    """Add this host's allowed signers to the device's set (the file replaced by one rename:
+    a verify.sh running meanwhile reads the old set or the new one). Another controller's
+    addition made at the same moment can race ours: the set is read again after the rename
+    and the merge repeated until both are in."""
+    ours = trusted_signers().read_text()
+    wanted = {_key_of(line) for line in signer_lines(ours)}
+    for _ in range(attempts):
+        device = conn.read_text(DEVICE_SIGNERS) or ""
+        if wanted <= {_key_of(line) for line in signer_lines(device)}:
+            return
+        _replace_signers(conn, merged_signers(device, ours))
+    raise RemoteCommandFailed("the device's allowed_signers keeps changing under this deploy",
+                              where=conn.where, argv=["install", DEVICE_SIGNERS], returncode=1,
+                              stderr_tail="", hint="deploy again when the other controllers' "
+                                                   "deploys are done")
+
+
+def untrust_signer(conn: Transport, who: str) -> list[str]:
+    """Remove from the device's set every signer whose principal or key fingerprint
+    (SHA256:…) is `who`; returns the entries removed (none: nothing changes)."""
+    device = conn.read_text(DEVICE_SIGNERS) or ""
+    lines = signer_lines(device)
+    doomed = [line for line in lines
+              if line.split()[0] == who or signer_fingerprint_of(line) == who]
+    if doomed:
+        _replace_signers(conn, "".join(f"{line}\n" for line in lines if line not in doomed))
+    return doomed
+
+
+def _replace_signers(conn: Transport, text: str) -> None:
     conn.mkdirs(layout.ROOT)
     staging = f"{DEVICE_SIGNERS}.{secrets.token_hex(4)}"
-    conn.put(Path(local), staging)
+    with tempfile.TemporaryDirectory(prefix="edgekit-signers-") as tmp:
+        local = Path(tmp) / "allowed_signers"
+        local.write_text(text)
+        conn.put(local, staging)
     conn.rename(staging, DEVICE_SIGNERS)

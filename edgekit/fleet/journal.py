@@ -101,8 +101,7 @@ def _read_repairing(path: Path) -> tuple[list[RolloutEvent], tuple[Path, int] | 
     data = path.read_bytes()
     cut = data.rfind(b"\n") + 1
     tail = data[cut:]
-    events = _parse_lines(path, data[:cut].decode("utf-8", errors="replace").splitlines(),
-                          torn_last_ok=False)
+    events = _parse_lines(path, data[:cut].splitlines(), torn_last_ok=False)
     if not tail:
         return events, None
     aside = path.with_name(f"journal.torn-{time.time_ns()}.jsonl")
@@ -114,11 +113,20 @@ def _read_repairing(path: Path) -> tuple[list[RolloutEvent], tuple[Path, int] | 
     return events, (aside, len(tail))
 
 
-def _parse_lines(path: Path, lines: list[str], torn_last_ok: bool) -> list[RolloutEvent]:
+def _parse_lines(path: Path, lines: list[bytes], torn_last_ok: bool) -> list[RolloutEvent]:
+    """Each line's event; a line that is not one (not UTF-8, not an event) is an error naming
+    it, unless it is the last and `torn_last_ok` (a crash while writing it)."""
     events = []
-    for number, line in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
         try:
-            events.append(parse_event(line))
+            events.append(parse_event(raw.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            if torn_last_ok and number == len(lines):   # torn mid-character
+                break
+            raise ConfigError(f"not a rollout event: not UTF-8 at byte {exc.start}",
+                              where=f"{path}:{number}", key="journal",
+                              hint="the journal was changed outside edgekit; move the line "
+                                   "away to resume") from None
         except pydantic.ValidationError as exc:
             if torn_last_ok and number == len(lines):
                 break
@@ -143,8 +151,7 @@ def read_events(directory: Path) -> list[RolloutEvent]:
     path = directory / JOURNAL
     if not path.is_file():
         return []
-    return _parse_lines(path, path.read_text(encoding="utf-8", errors="replace").splitlines(),
-                        torn_last_ok=True)
+    return _parse_lines(path, path.read_bytes().splitlines(), torn_last_ok=True)
 
 
 @contextmanager

@@ -12,8 +12,8 @@ from pathlib import Path
 from edgekit.config.fleet import Fleet, FleetDevice
 from edgekit.device import layout
 from edgekit.device.bench import remote_manifest
-from edgekit.device.releases import current_release
-from edgekit.errors import EdgekitError
+from edgekit.device.releases import RELEASE_ID, current_release
+from edgekit.errors import DeviceAnswerRefused, EdgekitError, printable
 from edgekit.models.fleet import FleetDeviceStatus, LastValidation
 from edgekit.config.address import safe_name
 from edgekit.transport import open_device
@@ -47,17 +47,33 @@ def device_status(device: FleetDevice, app: str) -> FleetDeviceStatus:
     return row.model_copy(update=read)
 
 
+# what a journal's event may hold (the device is not trusted): a time between 1970 and 2100,
+# a release name as activate.sh takes them (RELEASE_ID)
+TS_MAX = 4102444800
+
+
 def last_validation(conn: Transport, app: str) -> LastValidation | None:
-    """The newest validated/rejected event of the device's journal for `app`."""
-    for line in reversed((conn.read_text(layout.journal(app)) or "").splitlines()):
+    """The newest validated/rejected event of the device's journal for `app` (read from its
+    end). A line that is not a JSON object is skipped (a torn write); a validation event whose
+    time or release is not one edgekit writes is DeviceAnswerRefused: that device's row says
+    so, the other rows are unaffected."""
+    lines = (conn.read_tail(layout.journal(app)) or "").splitlines()
+    for number, line in enumerate(reversed(lines)):
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if event.get("event") in VALIDATION_EVENTS:
-            when = datetime.datetime.fromtimestamp(int(event.get("ts", 0)),
-                                                   datetime.timezone.utc)
-            return LastValidation(release=str(event.get("release")),
-                                  ok=event["event"] == "validated",
-                                  at=when.isoformat(timespec="seconds"))
+        if not isinstance(event, dict) or event.get("event") not in VALIDATION_EVENTS:
+            continue
+        ts, release = event.get("ts"), event.get("release")
+        if type(ts) is not int or not 0 <= ts <= TS_MAX or not isinstance(release, str) \
+                or not RELEASE_ID.fullmatch(release):
+            raise DeviceAnswerRefused(
+                f"journal of {app}, line {number + 1} from the end: a {event['event']} event "
+                f"edgekit did not write (ts {printable(repr(ts))[:40]}, release "
+                f"{printable(repr(release))[:80]})", where=conn.where,
+                hint="the device's journal was changed outside edgekit")
+        when = datetime.datetime.fromtimestamp(ts, datetime.timezone.utc)
+        return LastValidation(release=release, ok=event["event"] == "validated",
+                              at=when.isoformat(timespec="seconds"))
     return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import json
+import os
 import re
 import shutil
 import tarfile
@@ -404,9 +405,26 @@ def _extract(archive: Path) -> tuple[Path, Path]:
     """Extract a bundle archive after checking every member: plain files and directories
     with a bundle's names only, in one top folder or none. (the temporary directory, the
     bundle directory in it)"""
+    cap = archive_max_bytes()
     try:
         with tarfile.open(archive) as tar:
-            members = tar.getmembers()
+            members, total = [], 0
+            for member in tar:     # headers one by one: a bomb is refused before it is read
+                members.append(member)
+                total += member.size
+                if total > cap:
+                    raise BundleError(
+                        f"the bundle archive expands to more than {cap:,} bytes "
+                        f"({archive.stat().st_size:,} bytes packed); refused before extraction",
+                        where=str(archive), hint=f"{ARCHIVE_CAP_ENV} sets the cap (bytes) for "
+                                                 "a bundle this large on purpose")
+                packed = archive.stat().st_size
+                if total > 64 << 20 and total > ARCHIVE_MAX_RATIO * packed:
+                    raise BundleError(
+                        f"the bundle archive expands {total // max(packed, 1):,}-fold "
+                        f"(to {total:,} bytes or more from {packed:,}): no compiled module "
+                        "compresses that well; refused before extraction", where=str(archive),
+                        hint="rebuild the bundle with `edgekit build --tar`")
             top = _top_folder([m.name for m in members], archive)
             for member in members:
                 _check_member(member, top, archive)
@@ -420,6 +438,22 @@ def _extract(archive: Path) -> tuple[Path, Path]:
         raise BundleError(f"the bundle archive cannot be read: {exc}", where=str(archive)) \
             from None
     return target, (target / top if top else target)
+
+
+# What a bundle archive may expand to (its members' sizes summed from their headers, before a
+# byte is written) and how much better than a compiled module it may compress.
+ARCHIVE_CAP_ENV = "EDGEKIT_BUNDLE_MAX_BYTES"
+ARCHIVE_MAX_BYTES = 4 << 30
+ARCHIVE_MAX_RATIO = 100
+
+
+def archive_max_bytes() -> int:
+    raw = os.environ.get(ARCHIVE_CAP_ENV, "")
+    if not raw:
+        return ARCHIVE_MAX_BYTES
+    if not raw.isascii() or not raw.isdigit() or int(raw) <= 0:
+        raise BundleError(f"{ARCHIVE_CAP_ENV} must be a number of bytes > 0 (got {raw!r})")
+    return int(raw)
 
 
 def _top_folder(names: list[str], archive: Path) -> str:

@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import struct
+import sys
 import tempfile
 from pathlib import Path
 
@@ -136,6 +137,10 @@ def signing_key() -> Path:
                               hint="point it at a private SSH key with its .pub beside it, or "
                                    "unset it to use edgekit's own key")
         return key
+    for path in (key, key.with_name(key.name + ".pub")):
+        if path.exists() and not path.is_file():
+            raise ConfigError(f"signing key {path} is not a file", key="signing key",
+                              hint=f"move {path} away (edgekit creates its key there)")
     if not key.is_file():
         _create_key(key)
     return key
@@ -186,3 +191,10 @@ def _create_key(key: Path) -> None:
             os.chmod(fresh, 0o600)
             os.replace(fresh.with_name(fresh.name + ".pub"), key.with_name(key.name + ".pub"))
             os.replace(fresh, key)
+        public = key.with_name(key.name + ".pub").read_text().split()
+        digest = hashlib.sha256(base64.b64decode(public[1])).digest()
+        fingerprint = "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+        # said, not silent: a new key signs every bundle from now on, and devices trust it
+        sys.stderr.write(f"edgekit: no bundle signing key yet: created {key} ({public[0]} "
+                         f"{fingerprint}); bundles it signs are trusted by "
+                         f"{allowed_signers_path()} and the devices you deploy to\n")

@@ -15,22 +15,39 @@ transport is opened); `run` takes the command's own, or the transport's `command
 what a command prints is bounded (`BoundedOutput`): its first and last MiB are kept, and a
 marker in the middle says how many bytes were cut, so a command printing gigabytes costs
 edgekit a few MiB.
+
+The device is not trusted: what is read back from it is bounded before it is used. `get` takes
+the most bytes the caller expects (validation: what the manifest's shape and dtype imply) and
+fetches only a regular file — a symlink (to /dev/zero, say), a FIFO or a device is refused on
+the device's side of the link, before a byte is read — and the whole download has a byte
+deadline (`transfer_deadline`) besides the idle one, so a device dripping bytes cannot hold
+a deploy either. `read_text` refuses a file over its cap; `read_tail` reads a journal or a
+log from its end, at most a cap's worth. Every refusal is a `DeviceAnswerRefused` (exit 15).
 """
 
 from __future__ import annotations
 
 import errno as errnos
+import stat as stats
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Self
 
-from edgekit.errors import DeviceError, RemoteCommandFailed
+from edgekit.errors import DeviceAnswerRefused, DeviceError, RemoteCommandFailed
 
 # What a command's stdout and stderr each keep: its head and its tail. Every caller reads a
 # few kB (probe facts, a benchmark's JSON, a hook's last lines); a MiB each way leaves room.
 OUTPUT_HEAD_BYTES = 1 << 20
 OUTPUT_TAIL_BYTES = 1 << 20
+
+# What `read_text` takes (a manifest, a signers file: kilobytes) and what `read_tail` keeps of
+# a journal (a deploy adds ~100 bytes to it: a MiB is thousands of deploys of history).
+TEXT_MAX_BYTES = 1 << 20
+TAIL_MAX_BYTES = 1 << 20
+# The slowest transfer a download may be before its byte deadline: a device that sends a byte
+# now and then stays within the idle deadline forever, this ends it.
+MIN_TRANSFER_RATE = 64 * 1024      # bytes per second
 
 
 class BoundedOutput:
@@ -107,11 +124,20 @@ class Transport(Protocol):
         """Upload a file (complete when this returns); returns the bytes sent."""
         ...
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, *, max_bytes: int) -> int:
+        """Download a regular file of at most `max_bytes`; returns the bytes written. A link,
+        FIFO or device, a larger file, or one that outgrows `max_bytes` while it is read, is
+        DeviceAnswerRefused; a download past `transfer_deadline` ends the connection."""
         ...
 
-    def read_text(self, remote: str) -> str | None:
-        """A small file's text (UTF-8, undecodable bytes replaced); None if it does not exist."""
+    def read_text(self, remote: str, *, max_bytes: int = TEXT_MAX_BYTES) -> str | None:
+        """A small regular file's text (UTF-8, undecodable bytes replaced); None if it does
+        not exist; DeviceAnswerRefused if it is not a regular file or over `max_bytes`."""
+        ...
+
+    def read_tail(self, remote: str, *, max_bytes: int = TAIL_MAX_BYTES) -> str | None:
+        """The end of a regular file (a journal, a log): its last `max_bytes` at most, from
+        the first whole line on when it was cut; None if it does not exist."""
         ...
 
     def append_text(self, remote: str, text: str) -> None:
@@ -144,6 +170,39 @@ class Transport(Protocol):
 
     def __exit__(self, *exc: object) -> None:
         ...
+
+
+def transfer_deadline(idle_s: float, max_bytes: int) -> float:
+    """Seconds a whole download of up to `max_bytes` may take: the idle deadline, plus the
+    time the slowest acceptable link needs for the bytes."""
+    return idle_s + max_bytes / MIN_TRANSFER_RATE
+
+
+def refuse_unless_regular(where: str, remote: str, mode: int, size: int | None,
+                          max_bytes: float) -> None:
+    """A file the device offers, before it is read: a regular file of at most `max_bytes`."""
+    if not stats.S_ISREG(mode):
+        kind = ("a symlink" if stats.S_ISLNK(mode) else "a directory" if stats.S_ISDIR(mode)
+                else "a FIFO" if stats.S_ISFIFO(mode) else "a device or socket")
+        raise DeviceAnswerRefused(
+            f"{remote} on the device is {kind}, not a regular file; not read", where=where,
+            hint="the device is not behaving as edgekit's shims do: check it for tampering")
+    if size is not None and size > max_bytes:
+        raise too_large(where, remote, f"{size:,} bytes", max_bytes)
+
+
+def too_large(where: str, remote: str, size: str, max_bytes: int) -> DeviceAnswerRefused:
+    return DeviceAnswerRefused(
+        f"{remote} on the device is {size}, more than the {max_bytes:,} expected; refused "
+        "(nothing of it is kept)", where=where,
+        hint="the device is not behaving as edgekit's shims do: check it for tampering")
+
+
+def tail_text(data: bytes, cut: bool) -> str:
+    """The text of a file's last bytes: from the first whole line on when the start was cut."""
+    if cut:
+        data = data.partition(b"\n")[2]
+    return data.decode(errors="replace")
 
 
 def short_command(argv: Sequence[str] | str, limit: int = 80) -> str:
@@ -179,7 +238,9 @@ def space_left(conn: Transport, remote: str) -> tuple[int, int] | None:
         return None
     for line in result.text.splitlines():
         fields = line.split()
-        if len(fields) == 3 and all(f.isdigit() for f in fields):
+        # ASCII digits only ('²'.isdigit() is True, and int() refuses it): the device's words
+        if len(fields) == 3 and all(f.isascii() and f.isdigit() and len(f) < 24
+                                    for f in fields):
             return int(fields[0]) * int(fields[1]), int(fields[2])
     return None
 

@@ -10,6 +10,7 @@ this machine's. Used for fast tests of deploy, rollback and fleet logic, and by
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import shutil
@@ -22,8 +23,11 @@ from pathlib import Path
 from typing import IO
 
 from edgekit.config.timeouts import Timeouts
-from edgekit.errors import DeviceUnreachable, RemoteCommandFailed
-from edgekit.transport.base import (BoundedOutput, RemoteEntry, RemoteResult, file_op_failed)
+from edgekit.errors import DeviceAnswerRefused, DeviceUnreachable, RemoteCommandFailed
+from edgekit.transport.base import (SPACE_HINT, TAIL_MAX_BYTES, TEXT_MAX_BYTES,
+                                    BoundedOutput, RemoteEntry, RemoteResult, file_op_failed,
+                                    out_of_space, refuse_unless_regular, space_left, tail_text,
+                                    too_large, transfer_deadline)
 
 
 class LocalTransport:
@@ -119,13 +123,70 @@ class LocalTransport:
                       lambda: shutil.copyfile(local, self._path(remote)))
         return local.stat().st_size
 
-    def get(self, remote: str, local: Path) -> None:
-        self._file_op("download", [remote, str(local)],
-                      lambda: shutil.copyfile(self._path(remote), local))
+    def get(self, remote: str, local: Path, *, max_bytes: int) -> int:
+        deadline = time.monotonic() + transfer_deadline(self.timeouts.sftp_s, max_bytes)
 
-    def read_text(self, remote: str) -> str | None:
-        data = self._file_op("read", [remote], self._path(remote).read_bytes, absent_ok=True)
+        def copy() -> int:
+            got = 0
+            with self._open_regular(remote, max_bytes) as src, open(local, "wb") as dst:
+                while chunk := src.read(min(1 << 20, max_bytes + 1 - got)):
+                    got += len(chunk)
+                    if got > max_bytes:
+                        raise too_large(self.where, remote, f"over {max_bytes:,} bytes "
+                                        "(it grew while it was read)", max_bytes)
+                    dst.write(chunk)
+                    if time.monotonic() > deadline:
+                        raise DeviceUnreachable(
+                            f"download of {remote}: not done within its deadline "
+                            f"({transfer_deadline(self.timeouts.sftp_s, max_bytes):g} s for "
+                            f"{max_bytes:,} bytes)", where=self.where)
+            return got
+        try:
+            return self._file_op("download", [remote, str(local)], copy)
+        except BaseException:
+            local.unlink(missing_ok=True)
+            raise
+
+    def read_text(self, remote: str, *, max_bytes: int = TEXT_MAX_BYTES) -> str | None:
+        def read() -> bytes:
+            with self._open_regular(remote, max_bytes) as f:
+                data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise too_large(self.where, remote, f"over {max_bytes:,} bytes", max_bytes)
+            return data
+        data = self._file_op("read", [remote], read, absent_ok=True)
         return None if data is None else data.decode(errors="replace")
+
+    def read_tail(self, remote: str, *, max_bytes: int = TAIL_MAX_BYTES) -> str | None:
+        def read() -> str:
+            with self._open_regular(remote, None) as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - max_bytes))
+                return tail_text(f.read(max_bytes), size > max_bytes)
+        return self._file_op("read", [remote], read, absent_ok=True)
+
+    def _open_regular(self, remote: str, max_bytes: int | None) -> IO[bytes]:
+        """`remote` opened for reading if it is a regular file (of at most `max_bytes`): a
+        link is not followed (O_NOFOLLOW), a FIFO does not block the open (O_NONBLOCK)."""
+        path = self._path(remote)
+        limit = max_bytes if max_bytes is not None else float("inf")
+        st = os.lstat(path)
+        refuse_unless_regular(self.where, remote, st.st_mode, st.st_size, limit)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:   # made a link since lstat
+                raise DeviceAnswerRefused(f"{remote} on the device is a symlink, not a "
+                                          "regular file; not read", where=self.where) from None
+            raise
+        f = os.fdopen(fd, "rb")
+        st = os.fstat(fd)   # the file opened, whatever the path names now
+        try:
+            refuse_unless_regular(self.where, remote, st.st_mode, st.st_size, limit)
+        except BaseException:
+            f.close()
+            raise
+        return f
 
     def append_text(self, remote: str, text: str) -> None:
         def append() -> None:
@@ -168,6 +229,12 @@ class LocalTransport:
                 return None
             raise file_op_failed(self.where, op, paths, exc) from None
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):   # README's words: space or inodes
+                full = out_of_space(space_left(self, paths[-1]), 1)
+                if full:
+                    raise file_op_failed(self.where, op, paths,
+                                         OSError(errno.ENOSPC, f"{full} ({paths[-1]})"),
+                                         hint=SPACE_HINT) from None
             raise file_op_failed(self.where, op, paths, exc) from None
 
     def _check_open(self) -> None:

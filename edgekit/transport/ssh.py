@@ -33,12 +33,14 @@ import paramiko
 from edgekit.config.paths import known_hosts_path
 from edgekit.config.timeouts import Timeouts
 from edgekit.errors import (AuthFailed, ConfigError, DeviceError, DeviceUnreachable,
-                            HostKeyChanged, HostKeyUnknown, RemoteCommandFailed)
+                            HostKeyChanged, HostKeyUnknown, RemoteCommandFailed, printable)
 from edgekit.config.address import DeviceAddress
 from edgekit.transport.known_hosts import pin_line, pinned
-from edgekit.transport.base import (SPACE_HINT, BoundedOutput, RemoteEntry, RemoteResult,
-                                    file_op_failed, out_of_space, space_left,
-                                    short_command)
+from edgekit.transport.base import (MIN_TRANSFER_RATE, SPACE_HINT, TAIL_MAX_BYTES,
+                                    TEXT_MAX_BYTES, BoundedOutput, RemoteEntry, RemoteResult,
+                                    file_op_failed, out_of_space, refuse_unless_regular,
+                                    short_command, space_left, tail_text, too_large,
+                                    transfer_deadline)
 
 # A refused or dropped connection is retried (sshd restarting, or over its MaxStartups: it
 # drops connections before its banner); a deadline that passed is not (the device is silent,
@@ -232,16 +234,68 @@ class Connection:
                       writes=size)
         return size
 
-    def get(self, remote: str, local: Path) -> None:
-        def download(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
-            sftp.get(remote, str(local), callback=kick)
-        self._sftp_do(f"download of {remote}", "download", [remote, str(local)], download)
+    def get(self, remote: str, local: Path, *, max_bytes: int) -> int:
+        """Download a regular file of at most `max_bytes` (transport.base): the device's
+        lstat, then fstat of the opened handle, decide before a byte is read; the download
+        stops at the cap and at its byte deadline (`transfer_deadline`)."""
+        budget = transfer_deadline(self.timeouts.sftp_s, max_bytes)
+        step = f"download of {remote}"
 
-    def read_text(self, remote: str) -> str | None:
+        def download(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> int:
+            deadline = time.monotonic() + budget
+            got = 0
+            with self._open_regular(sftp, remote, max_bytes) as (f, size), \
+                    open(local, "wb") as out:
+                f.prefetch(min(size, max_bytes))
+                # one SFTP block at a time: each block is progress (the idle deadline)
+                while chunk := f.read(min(32768, max_bytes + 1 - got)):
+                    got += len(chunk)
+                    if got > max_bytes:
+                        raise too_large(self.where, remote, f"over {max_bytes:,} bytes "
+                                        "(it grew while it was read)", max_bytes)
+                    out.write(chunk)
+                    kick()
+                    if time.monotonic() > deadline:
+                        raise self._break(f"{step}: {got:,} bytes in {budget:g} s, slower "
+                                          f"than its deadline allows ({max_bytes:,} bytes at "
+                                          f"{MIN_TRANSFER_RATE // 1024} KiB/s + "
+                                          "timeouts.sftp_s); connection closed")
+            return got
+        try:
+            return self._sftp_do(step, "download", [remote, str(local)], download)
+        except BaseException:
+            local.unlink(missing_ok=True)
+            raise
+
+    def read_text(self, remote: str, *, max_bytes: int = TEXT_MAX_BYTES) -> str | None:
         def read(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> str:
-            with sftp.open(remote) as f:
-                return f.read().decode(errors="replace")
+            with self._open_regular(sftp, remote, max_bytes) as (f, _):
+                data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise too_large(self.where, remote, f"over {max_bytes:,} bytes", max_bytes)
+            return data.decode(errors="replace")
         return self._sftp_do(f"read of {remote}", "read", [remote], read, none_if_absent=True)
+
+    def read_tail(self, remote: str, *, max_bytes: int = TAIL_MAX_BYTES) -> str | None:
+        def read(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> str:
+            with self._open_regular(sftp, remote, None) as (f, size):
+                f.seek(max(0, size - max_bytes))
+                return tail_text(f.read(max_bytes), size > max_bytes)
+        return self._sftp_do(f"read of {remote}", "read", [remote], read, none_if_absent=True)
+
+    @contextmanager
+    def _open_regular(self, sftp: paramiko.SFTPClient, remote: str, max_bytes: int | None
+                      ) -> Iterator[tuple[paramiko.SFTPFile, int]]:
+        """(handle, size) of `remote` if it is a regular file (of at most `max_bytes`): lstat
+        refuses a link, FIFO or device before it is opened; fstat of the handle refuses one
+        swapped in since."""
+        limit = max_bytes if max_bytes is not None else float("inf")
+        attrs = sftp.lstat(remote)
+        refuse_unless_regular(self.where, remote, attrs.st_mode or 0, attrs.st_size, limit)
+        with sftp.open(remote, "rb") as f:
+            attrs = f.stat()
+            refuse_unless_regular(self.where, remote, attrs.st_mode or 0, attrs.st_size, limit)
+            yield f, attrs.st_size or 0
 
     def append_text(self, remote: str, text: str) -> None:
         def append(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
@@ -428,6 +482,7 @@ def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PK
                                 where=where) from None
     except OSError as exc:
         raise _Retry("connect", _reason(exc)) from None
+    _refuse_a_non_ssh_greeting(sock, where, timeouts)
     client = paramiko.SSHClient()
     _pin_for(client, address, known_hosts)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -492,6 +547,31 @@ def _pin_for(client: paramiko.SSHClient, address: DeviceAddress, known_hosts: Pa
                                                                      base64.b64decode(blob)))
         except (paramiko.SSHException, ValueError):   # a damaged line pins nothing
             continue
+
+
+def _refuse_a_non_ssh_greeting(sock: socket.socket, where: str, timeouts: Timeouts) -> None:
+    """A port whose first words are not an SSH version line ("HTTP/1.1 400 …") does not speak
+    SSH: one line, not retried (README). The greeting is only peeked at, paramiko reads it
+    again; a port that closes before saying anything (sshd over MaxStartups) and one that
+    says nothing (the banner deadline) are left to the handshake as before."""
+    sock.settimeout(timeouts.banner_s)
+    try:
+        first = sock.recv(64, socket.MSG_PEEK)
+    except TimeoutError:
+        sock.close()
+        raise DeviceUnreachable(
+            f"banner: no SSH banner within {timeouts.banner_s:g} s (timeouts.banner_s): "
+            "the port accepts connections but does not speak SSH", where=where) from None
+    except OSError:
+        return     # reset before a word: the handshake's own error (retried) says so
+    # sshd over its MaxStartups says so before it closes: that is a refusal, retried
+    if first and not (first.startswith((b"SSH-", b"Exceeded MaxStartups"))
+                      or b"SSH-".startswith(first)
+                      or b"Exceeded MaxStartups".startswith(first)):
+        sock.close()
+        said = printable(first.split(b"\n", 1)[0].decode(errors="replace").strip())[:60]
+        raise DeviceUnreachable(f"banner: the port does not speak SSH (it said {said!r})",
+                                where=where)
 
 
 def _handshake_step(transport: paramiko.Transport | None) -> str:

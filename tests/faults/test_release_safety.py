@@ -253,7 +253,9 @@ def test_a_health_hook_flooding_600_mb_keeps_edgekit_small_and_its_verdict_count
     assert fail_mib < quiet_mib + 100, f"peak RSS {fail_mib} MiB, {quiet_mib} MiB without"
     assert device.assert_current_is_a_validated_complete_release() == new
     assert ("health-failed", release_of(bundles["v2-floods-fails"])) in device.journal()
-    proc = deploy(bundles["v1"], fault_device)   # and the next deploy leaves nothing behind
+    # and the next deploy leaves nothing behind (v1 is older than v2-floods: a downgrade)
+    proc = edgekit("deploy", str(bundles["v1"]), "--host", fault_device.name, "--json",
+                   "--allow-downgrade")
     assert proc.returncode == 0, proc.stderr
     assert device.current() == old and device.scratch() == []
     # the unhealthy release was activated, so it is history (pruned as such), not a leftover
@@ -300,11 +302,13 @@ def test_two_deploys_of_one_app_at_once_leave_one_complete_release_and_no_leftov
                 shutil.rmtree(fault_device.host_path(f"{fault_device.home}/.edgekit/{folder}"),
                               ignore_errors=True)
         if source == "bundles":
-            procs = [start("deploy", str(bundles[v]), "--host", fault_device.name)
+            procs = [start("deploy", str(bundles[v]), "--host", fault_device.name,
+                           "--allow-downgrade")   # after round 0, v1 is older than v2
                      for v in ("v1", "v2")]
         else:   # both build to build/faulty-host here (a cache hit each) and ship from there
             procs = [start("deploy", "--recipe", str(bundles[v].parent / f"{v}.yaml"),
-                           "--target", "host", "--host", fault_device.name, cwd=tmp_path)
+                           "--target", "host", "--host", fault_device.name,
+                           "--allow-downgrade", cwd=tmp_path)
                      for v in ("v1", "v2")]
         codes = [assert_exit_0_or_superseded(proc) for proc in procs]
         assert 0 in codes, f"round {round_}: {codes}"

@@ -7,10 +7,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from edgekit.device.deploy import release_id
+from edgekit.device.deploy import deploy_bundle, release_id
+from edgekit.errors import RemoteCommandFailed
+from edgekit.transport.local import LocalTransport
 from tests.local.conftest import RECIPE, current_of, device_journal
 
 pytestmark = pytest.mark.local
@@ -51,3 +54,26 @@ def test_two_deploys_of_one_app_from_one_directory_each_ship_their_own_bundle(tm
             assert current_of(devices[name]) == expected[name]
             assert [e for e, _ in device_journal(devices[name])].count("rejected") == 0
 
+
+
+def test_two_identical_deploys_at_once_both_end_well(make_device, v1):
+    """The same release from two deploys at once, each time to a fresh device: the deploy
+    whose staging copy lands second keeps the first's verified copy (issue 36, item 8: it
+    once ended "rename failed: Directory not empty")."""
+    for round_ in range(4):
+        device = make_device(f"same-{round_}")
+        outcomes: list[str] = []
+
+        def one() -> None:
+            try:
+                deploy_bundle(LocalTransport(device.root), v1)
+                outcomes.append("ok")
+            except RemoteCommandFailed as exc:   # README: the switch the other overtook
+                outcomes.append("superseded" if "another deploy" in exc.what else str(exc))
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert set(outcomes) <= {"ok", "superseded"} and "ok" in outcomes, outcomes
+        assert current_of(device.root) == release_id(v1)

@@ -83,7 +83,8 @@ def test_an_identical_redeploy_moves_no_payload_and_revalidates(make_device, v1)
 def test_rollback_returns_to_the_previous_release_and_pruning_keeps_it(make_device, v1, v2,
                                                                        bundle_copy):
     device = make_device()
-    v3 = bundle_copy(v1, lambda d: set_manifest(d, runtime_driver="local-sync"))
+    v3 = bundle_copy(v1, lambda d: set_manifest(d, runtime_driver="local-sync",
+                                                created_at="2100-01-01T00:00:00+00:00"))
     first = deploy_bundle(device, v1)
     second = deploy_bundle(device, v2)
     assert current_of(device.root) == second.release and second.previous == first.release

@@ -63,3 +63,16 @@ def test_a_damaged_line_that_is_not_the_last_is_an_error_naming_it(tmp_path):
     with pytest.raises(ConfigError) as err:
         read_events(tmp_path)
     assert err.value.where == f"{tmp_path / JOURNAL}:11"
+
+
+def test_a_line_that_is_not_utf8_is_an_error_naming_it_and_a_torn_last_one_is_ignored(
+        tmp_path):
+    lines = OLD_JOURNAL.encode().splitlines(keepends=True)
+    (tmp_path / JOURNAL).write_bytes(b"".join(lines[:3]) + b"\xff\xfe garbage\n"
+                                     + b"".join(lines[3:]))
+    with pytest.raises(ConfigError, match="not UTF-8") as err:
+        read_events(tmp_path)
+    assert err.value.where == f"{tmp_path / JOURNAL}:4"
+    whole = lines[:-1]             # OLD_JOURNAL ends with a torn line of its own
+    (tmp_path / JOURNAL).write_bytes(b"".join(whole) + b'{"event": "\xe2\x82')
+    assert len(read_events(tmp_path)) == len(whole)

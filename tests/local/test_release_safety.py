@@ -152,12 +152,13 @@ def test_redeploying_the_corrupted_current_release_repairs_it_in_place(make_devi
 def test_a_corrupted_release_that_is_not_live_is_replaced_by_a_fresh_copy(make_device, v1, v2,
                                                                           bundle_copy):
     device = make_device()
-    v3 = bundle_copy(v1, lambda d: set_manifest(d, runtime_driver="local-sync"))
+    v3 = bundle_copy(v1, lambda d: set_manifest(d, runtime_driver="local-sync",
+                                                created_at="2100-01-01T00:00:00+00:00"))
     first = deploy_bundle(device, v1)
     deploy_bundle(device, v2)
     deploy_bundle(device, v3)   # current v3, rollback target v2: v1 is history
     corrupt(device, first.release)
-    again = deploy_bundle(device, v1)
+    again = deploy_bundle(device, v1, allow_downgrade=True)   # v1 is older than v2 and v3
     assert again.report.ok and again.activated and again.uploaded_files > 0
     assert current_of(device.root) == first.release
     assert not [p for p in app_dir(device).iterdir() if p.name.startswith(".")]

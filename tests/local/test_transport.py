@@ -54,7 +54,7 @@ def test_file_operations_map_home_paths_and_absence_is_an_answer(make_device, tm
     device.rename(".edgekit/x.partial", ".edgekit/x")
     assert (device.root / ".edgekit" / "x").stat().st_mode & 0o777 == 0o755
     with pytest.raises(RemoteCommandFailed, match="download failed") as err:
-        device.get(".edgekit/missing", tmp_path / "y")
+        device.get(".edgekit/missing", tmp_path / "y", max_bytes=10)
     assert err.value.where == device.where
 
 

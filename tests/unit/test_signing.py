@@ -4,6 +4,7 @@ verification against allowed_signers, and the tampering the signature must catch
 import json
 import os
 import stat
+import subprocess
 
 import numpy as np
 import pytest
@@ -128,3 +129,21 @@ def test_a_signature_of_another_namespace_is_refused(signed, home):
                     "-n", "file", str(signed / MANIFEST)], check=True)
     with pytest.raises(BundleNotTrusted):
         verify_bundle(signed)
+
+
+def test_a_new_signing_key_is_announced_with_its_fingerprint(home, tmp_path, capfd):
+    sign_bundle(tiny_bundle(tmp_path / "b"))
+    said = capfd.readouterr().err
+    key = home / "keys" / "bundle_ed25519"
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True,
+                                 text=True, check=True).stdout.split()[1]
+    assert f"created {key} (ssh-ed25519 {fingerprint})" in said, said
+    assert said.count("\n") == 1
+    sign_bundle(tiny_bundle(tmp_path / "c"))          # said once: the key exists now
+    assert capfd.readouterr().err == ""
+
+
+def test_a_directory_where_the_signing_key_goes_is_a_config_error(home, tmp_path):
+    (home / "keys" / "bundle_ed25519").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="bundle_ed25519 is not a file"):
+        sign_bundle(tiny_bundle(tmp_path / "b"))
