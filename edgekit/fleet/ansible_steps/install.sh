@@ -12,6 +12,21 @@ app=$1 shims=$2 runtime=$3$6/bin samples=$4 release=$5
 incoming=.edgekit/.incoming-ansible
 rel=$app/releases/$release
 tag=ansible-$$
+# A device's allowed signers are a set that a deploy adds to and never replaces (as `edgekit
+# deploy` does: device/trust.py), so a device serves several controllers: the entries of $1
+# whose key the device's file lacks are appended to a copy, renamed over the file.
+add_signers() {
+  touch .edgekit/allowed_signers
+  awk -v out=".edgekit/allowed_signers.$tag" '
+    function key(  i) {
+      for (i = 1; i < NF; i++) if ($i ~ /^(ssh-|ecdsa-|sk-)/) return $i " " $(i + 1)
+      return ""
+    }
+    NR == FNR { if (NF && $1 !~ /^#/) have[key()] = 1; print > out; next }
+    NF && $1 !~ /^#/ && !(key() in have) { print > out }
+  ' .edgekit/allowed_signers "$1"
+  mv -f ".edgekit/allowed_signers.$tag" .edgekit/allowed_signers
+}
 if [ -f "$incoming/runtime.tar.gz" ]; then
   tmp=.edgekit/runtime/.staging-$tag
   rm -rf "$tmp"
@@ -28,7 +43,7 @@ if [ -f "$incoming/payload.tar.gz" ]; then
   mkdir -p "$staging" "$shims" "$app/releases"
   tar -xzf "$incoming/payload.tar.gz" -C "$staging"
   for shim in "$staging"/shims/*; do mv -f "$shim" "$shims/"; done
-  mv -f "$staging/allowed_signers" .edgekit/allowed_signers
+  add_signers "$staging/allowed_signers"
   sh "$shims/verify.sh" "$staging/release"
   if ! sh "$shims/verify.sh" "$rel" >/dev/null 2>&1; then
     if [ -e "$rel" ]; then     # a corrupted copy: replaced, unless it is live
