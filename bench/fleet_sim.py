@@ -12,6 +12,7 @@ time per command (`latency_s`, slept, not computed) to stand for a device's own 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import posixpath
@@ -34,6 +35,12 @@ def _digest(path: Path, stamp: float) -> str:
 
 
 _refs: dict[str, Path] = {}
+_blobs: dict[bytes, bytes] = {}
+LARGE = 256 * 1024
+
+
+def _blob(data: bytes) -> bytes:
+    return _blobs.setdefault(hashlib.sha256(data).digest(), data)
 
 
 def _shared(local: Path) -> Path:
@@ -47,6 +54,25 @@ def _read(ref: Ref) -> bytes:
 @lru_cache(maxsize=64)
 def _manifest(path: Path, stamp: float) -> dict:
     return json.loads(path.read_bytes())
+
+
+SIM_CPU = [0.0]          # CPU seconds the simulated devices' own Python took (all threads)
+_cpu_lock = threading.Lock()
+
+
+def _counted(method):
+    """Add the method's CPU time (this thread's) to SIM_CPU: the simulation runs in the
+    controller's process, and its cost is not the controller's."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        started = time.thread_time()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            spent = time.thread_time() - started
+            with _cpu_lock:
+                SIM_CPU[0] += spent
+    return wrapper
 
 
 class SimulatedDevice:
@@ -83,6 +109,7 @@ class SimulatedTransport:
         pass
 
     # --- commands ---------------------------------------------------------------------------
+    @_counted
     def run(self, argv, *, timeout=None, stdin=None, check=True,
             what="remote command failed") -> RemoteResult:
         d = self.device
@@ -143,31 +170,48 @@ class SimulatedTransport:
         return 0, b""
 
     # --- files ------------------------------------------------------------------------------
+    @_counted
     def put(self, local: Path, remote: str) -> int:
         size = local.stat().st_size
-        # by reference: edgekit's own files stay put for the rollout (bundle copies, the
-        # runtime); a temporary file (run.env, SHA256SUMS) is read now. Names and references
-        # are shared between devices, so 10,000 devices hold one copy of each.
-        ref = _shared(local) if "/edgekit-release-" not in str(local) else local.read_bytes()
+        # a large file (the runtime's tools, from edgekit's cache) by reference; a small one
+        # (bundle files, run.env, SHA256SUMS, signers: some from temporary folders) read now
+        # and shared by content, so 10,000 devices hold one copy of each
+        ref = _shared(local) if size > LARGE else _blob(local.read_bytes())
         with self.device.lock:
             self.device.files[sys.intern(remote)] = ref
         return size
 
-    def get(self, remote: str, local: Path, max_bytes: int | None = None) -> None:
-        local.write_bytes(_read(self._file(remote)))
+    @_counted
+    def get(self, remote: str, local: Path, *, max_bytes: int) -> int:
+        data = _read(self._file(remote))
+        if len(data) > max_bytes:
+            raise RemoteCommandFailed(f"download refused: {remote} is over {max_bytes} bytes",
+                                      where=self.where, argv=["get", remote], returncode=1,
+                                      stderr_tail="")
+        local.write_bytes(data)
+        return len(data)
 
-    def read_text(self, remote: str) -> str | None:
+    @_counted
+    def read_text(self, remote: str, *, max_bytes: int = 1 << 20) -> str | None:
         ref = self.device.files.get(remote)
-        return None if ref is None else _read(ref).decode(errors="replace")
+        return None if ref is None else _read(ref)[:max_bytes].decode(errors="replace")
 
+    @_counted
+    def read_tail(self, remote: str, *, max_bytes: int = 1 << 20) -> str | None:
+        ref = self.device.files.get(remote)
+        return None if ref is None else _read(ref)[-max_bytes:].decode(errors="replace")
+
+    @_counted
     def append_text(self, remote: str, text: str) -> None:
         with self.device.lock:
             old = self.device.files.get(remote, b"")
             self.device.files[remote] = _read(old) + text.encode()
 
+    @_counted
     def readlink(self, remote: str) -> str | None:
         return self.device.links.get(remote)
 
+    @_counted
     def listdir(self, remote: str) -> list[RemoteEntry] | None:
         if not self._isdir(remote):
             return None
@@ -177,11 +221,13 @@ class SimulatedTransport:
                  if p.startswith(prefix)}
         return [RemoteEntry(n, 0.0) for n in names]
 
+    @_counted
     def mkdirs(self, remote: str) -> None:
         parts = remote.split("/")
         with self.device.lock:
             self.device.dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
 
+    @_counted
     def rename(self, old: str, new: str) -> None:
         d = self.device
         with d.lock:
@@ -192,6 +238,7 @@ class SimulatedTransport:
                 d.dirs.discard(path)
                 d.dirs.add(new + path[len(old):])
 
+    @_counted
     def chmod(self, remote: str, mode: int) -> None:
         pass
 
