@@ -116,6 +116,8 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
 @click.option("--no-cache", is_flag=True, help="rebuild even when the cache has the builds")
 @click.option("--cpu-fallback", is_flag=True,
               help="NPU targets: deploy their IREE CPU module on devices without the NPU")
+@click.option("--allow-downgrade", is_flag=True,
+              help="deploy a build older than a device's newest release (journaled on it)")
 @click.option("--revalidate", is_flag=True,
               help="devices already running the release: deploy and validate them again "
                    "(default: their files are verified, one command each)")
@@ -125,15 +127,16 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
 @handle_errors
 def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurrency, max_fail,
                  max_p90_ratio, rollback_on_halt, keep: int, no_cache: bool,
-                 cpu_fallback: bool, revalidate: bool, html: Path | None,
-                 as_json: bool) -> None:
+                 cpu_fallback: bool, allow_downgrade: bool, revalidate: bool,
+                 html: Path | None, as_json: bool) -> None:
     """Build once per target, then update the fleet in waves with health gates."""
     from edgekit.api.fleet import UpdateOptions, update
     overrides = _policy_overrides(canary, waves, concurrency, max_fail, max_p90_ratio,
                                   rollback_on_halt)
     result = update(UpdateOptions(fleet=fleet_file, recipe=recipe, limit=limit,
                                   policy=overrides, keep=keep, use_cache=not no_cache,
-                                  cpu_fallback=cpu_fallback, revalidate=revalidate),
+                                  cpu_fallback=cpu_fallback, revalidate=revalidate,
+                                  allow_downgrade=allow_downgrade),
                     on_event=_progress)
     _finish(result, as_json, html)
 

@@ -79,6 +79,7 @@ class UpdateOptions:
     use_cache: bool = True
     cpu_fallback: bool = False      # NPU targets: deploy the IREE CPU module, no NPU needed
     revalidate: bool = False        # devices already on the release: deploy and validate again
+    allow_downgrade: bool = False   # a build older than a device's newest release (journaled)
 
 
 Progress = Callable[[RolloutEvent], None]
@@ -113,7 +114,8 @@ def update(options: UpdateOptions, build_for: BuildFor,
                        waves=tuple(tuple(d.name for d in wave) for wave in waves),
                        policy=policy, hooks=hooks, bundles=bundles, releases=releases,
                        keep=options.keep, cpu_fallback=options.cpu_fallback,
-                       revalidate=options.revalidate)
+                       revalidate=options.revalidate,
+                       allow_downgrade=options.allow_downgrade)
     jr.save_plan(directory, plan)
     with jr.exclusive(directory), jr.Journal(directory, on_event) as journal:
         journal.write(RolloutStarted(rollout=rollout_id, waves=plan.waves))
@@ -286,7 +288,7 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
             gate = latency_gate(plan.policy, plan.app, previous, measured)
     deploy_bundle(conn, _bundle_of(plan, device.target), keep=plan.keep, gate=gate,
                   hooks=plan.hooks, hooks_when_current=True, fallback=previous,
-                  cpu_fallback=plan.cpu_fallback,
+                  cpu_fallback=plan.cpu_fallback, allow_downgrade=plan.allow_downgrade,
                   on_stage=lambda step: journal.write(DeviceStep(device=device.name,
                                                                  step=step),
                                                       durable=step in SWITCHING_STEPS))

@@ -32,6 +32,8 @@ class RolloutPlan(Frozen):
     cpu_fallback: bool = False                   # NPU targets: their IREE CPU module
     # a device already running the release is deployed and validated again, not only checked
     revalidate: bool = False
+    # a build older than a device's newest activated release is deployed (journaled there)
+    allow_downgrade: bool = False
     _by_name: dict[str, FleetDevice] | None = pydantic.PrivateAttr(default=None)
 
     def device(self, name: str) -> FleetDevice:

@@ -248,3 +248,20 @@ def test_an_identical_rebuild_to_fifty_devices_under_load_never_halts_on_latency
     assert result.status == "completed", result.halt_reason
     assert all(d.status == "updated" for d in result.devices)
     assert all("the module is byte for byte that of" in d.reason for d in result.devices)
+
+
+def test_an_older_build_is_refused_on_each_device_unless_the_rollout_allows_a_downgrade(
+        tmp_path, v1, v2):
+    assert v1.manifest.created_at < v2.manifest.created_at
+    fleet = fleet_file(tmp_path, 2, rollout="{canary: 1, waves: [100%], max_p90_ratio: null}")
+    roll(fleet, v2)
+    result = roll(fleet, v1)
+    assert result.status == "halted"
+    refused = result.devices[0]
+    assert refused.status == "failed" and refused.failure == "BundleError"
+    assert "older than" in refused.reason
+    assert current_of(root(tmp_path, "d1")) == release_id(v2)
+    result = update(UpdateOptions(fleet=fleet, recipe=RECIPE, allow_downgrade=True),
+                    build_for=lambda target: v1)
+    assert result.status == "completed"
+    assert all(current_of(root(tmp_path, f"d{i}")) == release_id(v1) for i in (1, 2))
