@@ -50,12 +50,20 @@ def test_a_call_time_no_measurement_gives_is_refused_before_it_is_stored(make_de
 
 
 def test_a_stored_bad_result_is_skipped_with_a_note_and_every_view_works(make_device, v1,
-                                                                         tmp_path):
+                                                                         tmp_path,
+                                                                         monkeypatch):
     device = make_device()
     deploy_bundle(device, v1)
     [good] = run_bench(BenchOptions(hosts=(f"local:{device.root}",), app=APP, threads=(1,),
                                     repetitions=4, warmup=1, rounds=1))
+    # a history of the good result and three bad records alone, in a home of this test's (the
+    # session's home holds other tests' series, and they must not meet these records)
+    home = tmp_path / "home"
+    (home / "bench").mkdir(parents=True)
+    home.chmod(0o700)
     record = json.loads((history_dir() / f"{good.id}.json").read_text())
+    monkeypatch.setenv("EDGEKIT_HOME", str(home))
+    (history_dir() / f"{good.id}.json").write_text(json.dumps(record))
     record["id"] = "bad-nan"
     record["latency"]["p50_ms"] = float("nan")
     (history_dir() / "bad-nan.json").write_text(json.dumps(record))       # NaN, as json writes
