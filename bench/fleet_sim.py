@@ -208,6 +208,11 @@ class SimulatedTransport:
             self.device.files[remote] = _read(old) + text.encode()
 
     @_counted
+    def replace_text(self, remote: str, text: str) -> None:
+        with self.device.lock:
+            self.device.files[sys.intern(remote)] = _blob(text.encode())
+
+    @_counted
     def readlink(self, remote: str) -> str | None:
         return self.device.links.get(remote)
 

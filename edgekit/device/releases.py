@@ -16,13 +16,10 @@ import json
 import os
 import re
 import secrets
-import re
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from edgekit.device import layout
 from edgekit.errors import ConfigError, EdgekitError, RemoteCommandFailed
@@ -312,12 +309,7 @@ def record_newest(conn: Transport, app: str, created_at: str, release: str) -> N
     newest = newest_activated(conn, app)
     if _built_at(created_at) is None or (newest and not is_older(newest[0], created_at)):
         return
-    staging = f"{layout.newest_marker(app)}.{secrets.token_hex(4)}"
-    with tempfile.TemporaryDirectory(prefix="edgekit-newest-") as tmp:
-        local = Path(tmp) / "newest"
-        local.write_text(f"{created_at} {safe_name(release, 'release')}\n")
-        conn.put(local, staging)
-    conn.rename(staging, layout.newest_marker(app))
+    conn.replace_text(layout.newest_marker(app), f"{created_at} {safe_name(release, 'release')}\n")
 
 
 def journal_event(conn: Transport, app: str, event: str, release: str) -> None:

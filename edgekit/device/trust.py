@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import secrets
-import tempfile
 from pathlib import Path
 
 from edgekit.device import layout
@@ -120,9 +118,4 @@ def untrust_signer(conn: Transport, who: str) -> list[str]:
 
 def _replace_signers(conn: Transport, text: str) -> None:
     conn.mkdirs(layout.ROOT)
-    staging = f"{DEVICE_SIGNERS}.{secrets.token_hex(4)}"
-    with tempfile.TemporaryDirectory(prefix="edgekit-signers-") as tmp:
-        local = Path(tmp) / "allowed_signers"
-        local.write_text(text)
-        conn.put(local, staging)
-    conn.rename(staging, DEVICE_SIGNERS)
+    conn.replace_text(DEVICE_SIGNERS, text)

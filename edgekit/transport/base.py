@@ -143,6 +143,11 @@ class Transport(Protocol):
     def append_text(self, remote: str, text: str) -> None:
         ...
 
+    def replace_text(self, remote: str, text: str) -> None:
+        """Write a small file whole: under a name of its own beside `remote`, then renamed
+        over it (a reader sees the old text or the new one, never half of it)."""
+        ...
+
     def readlink(self, remote: str) -> str | None:
         """A symlink's target; None if there is no such path."""
         ...

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -193,6 +194,11 @@ class LocalTransport:
             with self._path(remote).open("ab") as f:
                 f.write(text.encode())
         self._file_op("append", [remote], append)
+
+    def replace_text(self, remote: str, text: str) -> None:
+        staging = f"{remote}.{secrets.token_hex(4)}"
+        self._file_op("write", [staging], lambda: self._path(staging).write_bytes(text.encode()))
+        self.rename(staging, remote)
 
     def readlink(self, remote: str) -> str | None:
         return self._file_op("readlink", [remote], lambda: os.readlink(self._path(remote)),

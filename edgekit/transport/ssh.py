@@ -17,6 +17,7 @@ import errno
 import hashlib
 import logging
 import random
+import secrets
 import select
 import shlex
 import socket
@@ -302,6 +303,15 @@ class Connection:
             with sftp.open(remote, "a") as f:
                 f.write(text.encode())
         self._sftp_do(f"append to {remote}", "append", [remote], append, writes=len(text))
+
+    def replace_text(self, remote: str, text: str) -> None:
+        staging = f"{remote}.{secrets.token_hex(4)}"
+
+        def write(sftp: paramiko.SFTPClient, kick: Callable[..., None]) -> None:
+            with sftp.open(staging, "w") as f:
+                f.write(text.encode())
+        self._sftp_do(f"write of {remote}", "write", [staging], write, writes=len(text))
+        self.rename(staging, remote)
 
     def readlink(self, remote: str) -> str | None:
         return self._sftp_do(f"readlink of {remote}", "readlink", [remote],
