@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.config.paths import edgekit_home
+from edgekit.config.stamped import StampedCache
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
 from edgekit.errors import ConfigError
 from edgekit.config.address import DeviceAddress, parse_address
@@ -26,23 +27,17 @@ def registry_path() -> Path:
     return edgekit_home() / "devices.json"
 
 
-_registry_cache: dict[Path, tuple[tuple[int, int, int], dict[str, DeviceEntry]]] = {}
+_registry = StampedCache(lambda path: load_model_map(path, DeviceEntry), keep=16)
 
 
 def load_registry() -> dict[str, DeviceEntry]:
     """The registered devices (a copy to change and save). Parsed again only when the file
     changed: a fleet of 10,000 devices resolves each name against it, and every connection
     does too."""
-    path = registry_path()
     try:
-        st = path.stat()
+        return dict(_registry.get(registry_path()))
     except FileNotFoundError:
         return {}
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-    cached = _registry_cache.get(path)
-    if cached is None or cached[0] != stamp:
-        cached = _registry_cache[path] = (stamp, load_model_map(path, DeviceEntry))
-    return dict(cached[1])
 
 
 def save_registry(entries: dict[str, DeviceEntry]) -> None:

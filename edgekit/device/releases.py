@@ -309,7 +309,8 @@ def record_newest(conn: Transport, app: str, created_at: str, release: str) -> N
     newest = newest_activated(conn, app)
     if _built_at(created_at) is None or (newest and not is_older(newest[0], created_at)):
         return
-    conn.replace_text(layout.newest_marker(app), f"{created_at} {safe_name(release, 'release')}\n")
+    conn.replace_text(layout.newest_marker(app),
+                      f"{created_at} {safe_name(release, 'release')}\n")
 
 
 def journal_event(conn: Transport, app: str, event: str, release: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgekit.device import layout
 from edgekit.errors import BundleNotTrusted, RemoteCommandFailed
-from edgekit.models.bundle import MANIFEST, SIGNATURE, Bundle
+from edgekit.models.bundle import MANIFEST, SIGNATURE, Bundle, sha256_file
 from edgekit.toolchain.signing import trusted_signers, verify_bundle
 from edgekit.transport.base import Transport
 
@@ -18,9 +18,9 @@ from edgekit.transport.base import Transport
 DEVICE_SIGNERS = f"{layout.ROOT}/allowed_signers"
 
 
-# (manifest, signature, allowed_signers contents) → principal: a fleet rollout checks one
+# (manifest, signature, allowed_signers sha256s) → principal: a fleet rollout checks one
 # bundle once per device (two ssh-keygen runs each); the same bytes get the same verdict
-_verified: dict[tuple[bytes, bytes, bytes], str] = {}
+_verified: dict[tuple[str, ...], str] = {}
 
 
 def check_signature(bundle: Bundle, allow_unsigned: bool = False) -> str | None:
@@ -42,10 +42,10 @@ def check_signature(bundle: Bundle, allow_unsigned: bool = False) -> str | None:
         raise
 
 
-def _contents(*paths: Path) -> tuple[bytes, ...] | None:
+def _contents(*paths: Path) -> tuple[str, ...] | None:
     """The sha256 of each file (None when one is missing: no verdict to remember)."""
     try:
-        return tuple(hashlib.sha256(p.read_bytes()).digest() for p in paths)
+        return tuple(sha256_file(p) for p in paths)
     except OSError:
         return None
 

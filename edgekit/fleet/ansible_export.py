@@ -26,8 +26,8 @@ Python module, no temp dir), and the outputs come back as one tar: 14.4 s for th
 Nothing from the fleet or recipe files is evaluated by Ansible: the inventory is YAML (each
 value one quoted scalar; identity paths are plain path characters), hook commands are written
 as octal escapes that the device decodes (Jinja in them reaches the device's shell as text),
-and the device-side programs are written inside `{% raw %}`. What a device prints back is used only on that device, or
-looked up in a table (its arch), never as a controller path.
+and the device-side programs are written inside `{% raw %}`. What a device prints back is
+used only on that device, or looked up in a table (its arch), never as a controller path.
 
 `--out` is edgekit's: `.edgekit-export.json` lists every file an export wrote, with its
 sha256. Another export may replace those files (unchanged since) and nothing else; a folder

@@ -30,6 +30,10 @@ from edgekit.models.fleet import DeviceOutcome, FleetResult, RolloutPlan, WaveSu
 
 PLAN = "plan.json"
 JOURNAL = "journal.jsonl"
+# the deploy steps after which a device's `current` may have moved: a halt's rollback reads
+# them back (JournalState.switched), so they are on disk before the step begins; the other
+# steps are progress
+SWITCHING_STEPS = ("activate", "hooks")
 
 
 def rollouts_dir() -> Path:
@@ -198,7 +202,7 @@ class JournalState:
                 self.waves_started.setdefault(e.wave, e.ts)
             case DeviceStarted():
                 self.started.setdefault(e.device, e)
-            case DeviceStep() if e.step in ("activate", "hooks"):
+            case DeviceStep() if e.step in SWITCHING_STEPS:
                 self.switched.add(e.device)
             case DeviceDone():
                 self.done[e.device] = e

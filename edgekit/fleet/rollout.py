@@ -242,7 +242,7 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal)
         identity = Path(device.identity) if device.identity else None
         with open_device(device.address, identity) as conn:
             live = live_release(conn, plan.app, release, layout.shims_dir(shim_version()),
-                                _sums_of(plan, device.target))
+                                _release_of(plan, device.target).sums)
             if not known:
                 previous = live.current
             journal.write(DeviceStarted(device=name, wave=wave, previous=previous))
@@ -269,9 +269,6 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal)
                              if "ratio" in measured else None))
 
 
-# the deploy steps after which `current` may have moved: a halt's rollback reads them back
-# (JournalState.switched), so they are on disk before the step begins; the others are progress
-SWITCHING_STEPS = ("activate", "hooks")
 ALREADY_CURRENT = ("already current: its files verify on the device; not deployed or "
                    "validated again (--revalidate does)")
 
@@ -286,37 +283,34 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
             note = SHARED_CPUS_NOTE
         else:
             gate = latency_gate(plan.policy, plan.app, previous, measured)
-    deploy_bundle(conn, _bundle_of(plan, device.target), keep=plan.keep, gate=gate,
+    deploy_bundle(conn, _release_of(plan, device.target).bundle, keep=plan.keep, gate=gate,
                   hooks=plan.hooks, hooks_when_current=True, fallback=previous,
                   cpu_fallback=plan.cpu_fallback, allow_downgrade=plan.allow_downgrade,
                   on_stage=lambda step: journal.write(DeviceStep(device=device.name,
                                                                  step=step),
-                                                      durable=step in SWITCHING_STEPS))
+                                                      durable=step in jr.SWITCHING_STEPS))
     return ("updated" if previous != release else "unchanged"), measured.get("note", note)
 
 
-_loaded: dict[str, Bundle] = {}
-_sums: dict[str, tuple[str, ...]] = {}
+@dataclass(frozen=True)
+class _Release:
+    bundle: Bundle
+    sums: tuple[str, ...]        # what a live copy holds as SHA256SUMS (deploy.expected_sums)
 
 
-def _bundle_of(plan: RolloutPlan, target: str) -> Bundle:
-    """The rollout's bundle for `target`, parsed once per process (its files are hashed again
-    by every deploy, from a digest cache that notices any change: models/bundle.py)."""
+_releases: dict[str, _Release] = {}
+
+
+def _release_of(plan: RolloutPlan, target: str) -> _Release:
+    """The rollout's bundle for `target`, parsed and its signature checked once per process
+    (a resumed rollout's copy too), with the SHA256SUMS a live copy of it holds. Every deploy
+    hashes its files again, from a digest cache that notices any change (config/stamped.py)."""
     path = plan.bundles[target]
-    if path not in _loaded:
-        _loaded[path] = load_bundle(path)
-    return _loaded[path]
-
-
-def _sums_of(plan: RolloutPlan, target: str) -> tuple[str, ...]:
-    """What a live copy of the target's release holds as SHA256SUMS (its signature was
-    checked when the rollout copied the build)."""
-    path = plan.bundles[target]
-    if path not in _sums:
-        bundle = _bundle_of(plan, target)
-        check_signature(bundle)        # a resumed rollout's copy too
-        _sums[path] = expected_sums(bundle)
-    return _sums[path]
+    if path not in _releases:
+        bundle = load_bundle(path)
+        check_signature(bundle)
+        _releases[path] = _Release(bundle, expected_sums(bundle))
+    return _releases[path]
 
 
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:

@@ -14,7 +14,6 @@ hard link or device in a bundle directory or archive is refused.
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 import os
 import re
@@ -29,6 +28,7 @@ import pydantic
 
 from edgekit.config.recipe import Hooks, Validation
 from edgekit.config.schema_base import Frozen
+from edgekit.config.stamped import StampedCache
 from edgekit.errors import BundleError
 
 MANIFEST = "manifest.json"
@@ -254,28 +254,21 @@ class Manifest(Frozen):
         return self
 
 
-# path → (stat stamp, sha256). A fleet rollout hashes the same bundle and runtime files for every
-# device (20 files per device, the runtime's megabytes included); a file is hashed again only
-# when its stamp changed. ctime is in the stamp: any write changes it, and no user can set it.
-_digests: dict[str, tuple[tuple[int, ...], str]] = {}
-_DIGESTS_KEPT = 4096
-
-
-def sha256_file(path: Path) -> str:
-    st = os.stat(path)
-    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    key = str(path)
-    known = _digests.get(key)
-    if known and known[0] == stamp:
-        return known[1]
+def _hash_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    if len(_digests) >= _DIGESTS_KEPT:
-        _digests.clear()
-    _digests[key] = (stamp, digest.hexdigest())
     return digest.hexdigest()
+
+
+# a fleet rollout hashes the same bundle and runtime files for every device (20 files per
+# device, the runtime's megabytes included): each is hashed again only once it changed
+_digests = StampedCache(_hash_file)
+
+
+def sha256_file(path: Path) -> str:
+    return _digests.get(Path(path))
 
 
 @dataclass(frozen=True)

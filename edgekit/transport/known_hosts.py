@@ -4,8 +4,8 @@ paramiko's `HostKeys` checks every new line against every earlier one while load
 the whole list on each lookup: 0.36 s to load 1,000 pinned keys, 61 s for 10,000 — per
 connection, since `SSHClient.load_host_keys` re-read the file every time. A fleet of 10,000
 devices never finished. Here the file is parsed in one linear pass into a dict from host name
-to its (key type, base64) lines, kept until the file changes (inode, size and mtime, one
-`stat` per lookup), so a connection costs the same with one pinned key or ten thousand.
+to its (key type, base64) lines, kept until the file changes (config/stamped.py: one `stat`
+per lookup), so a connection costs the same with one pinned key or ten thousand.
 
 Lines are OpenSSH's (`names keytype base64 [comment]`). Hashed names (`|1|salt|hash`, written
 by `ssh-keygen -H`, never by edgekit) cannot be indexed by name: they are kept aside and
@@ -23,6 +23,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from edgekit.config.stamped import StampedCache
 
 Entry = tuple[str, str]          # (key type, base64 blob)
 
@@ -82,24 +84,17 @@ def _hashed_matches(hashed: str, name: str) -> bool:
         return False
 
 
-_cache: dict[Path, tuple[tuple[int, int, int], PinnedKeys]] = {}
-_lock = threading.Lock()
+_pinned = StampedCache(lambda path: parse(path.read_text(encoding="utf-8", errors="replace")),
+                       keep=16)
+_lock = threading.Lock()     # one writer at a time in this process (pin_line)
 
 
 def pinned(path: Path) -> PinnedKeys:
     """The keys pinned in `path`, parsed once and again only after the file changed."""
     try:
-        st = os.stat(path)
+        return _pinned.get(path)
     except FileNotFoundError:
         return PinnedKeys()
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-    with _lock:
-        cached = _cache.get(path)
-        if cached and cached[0] == stamp:
-            return cached[1]
-        keys = parse(path.read_text(encoding="utf-8", errors="replace"))
-        _cache[path] = (stamp, keys)
-        return keys
 
 
 def pin_line(path: Path, name: str, key_type: str, key_base64: str, *,
