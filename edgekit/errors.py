@@ -3,8 +3,9 @@
 Every failure a user can cause or meet is an :class:`EdgekitError` carrying *what* failed,
 *where* (file:line, stage, op, device) and a *hint*. Each class carries its exit code, and this
 module is the only place exit codes are written: the CLI exits with the code of the error it
-caught (any other exception exits with :class:`EdgekitError`'s 1), and README.md's "Exit codes"
-lists :data:`EXIT_CODES` (a unit test keeps the two equal). This module imports nothing from
+caught (any other exception exits with :class:`EdgekitError`'s 1), and the docs' exit-code table
+is generated from :data:`EXIT_CODES` and each class's docstring (docs/gen_reference.py): the
+first paragraph of a docstring here is what users read. This module imports nothing from
 edgekit.
 """
 

@@ -561,9 +561,10 @@ def _pin_for(client: paramiko.SSHClient, address: DeviceAddress, known_hosts: Pa
 
 def _refuse_a_non_ssh_greeting(sock: socket.socket, where: str, timeouts: Timeouts) -> None:
     """A port whose first words are not an SSH version line ("HTTP/1.1 400 …") does not speak
-    SSH: one line, not retried (README). The greeting is only peeked at, paramiko reads it
-    again; a port that closes before saying anything (sshd over MaxStartups) and one that
-    says nothing (the banner deadline) are left to the handshake as before."""
+    SSH: one line, not retried (docs/how-to/devices.md, Deadlines). The greeting is only
+    peeked at, paramiko reads it again; a port that closes before saying anything (sshd over
+    MaxStartups) and one that says nothing (the banner deadline) are left to the handshake as
+    before."""
     sock.settimeout(timeouts.banner_s)
     try:
         first = sock.recv(64, socket.MSG_PEEK)

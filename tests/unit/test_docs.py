@@ -16,7 +16,8 @@ from edgekit.errors import EXIT_CODES
 from tests.docs_blocks import (DOCS, README, REPO, blocks, edgekit_invocations, markdown_files,
                                runnable_blocks, substitute_board_addresses)
 
-SETUP = "sudo bash .ci/setup.sh      # the one step that needs root\nedgekit demo                # as yourself"
+SETUP = ("sudo bash .ci/setup.sh      # the one step that needs root\n"
+         "edgekit demo                # as yourself")
 TESTS = "sudo bash .ci/setup.sh && python3 -m pytest -q"
 
 
