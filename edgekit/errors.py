@@ -47,7 +47,9 @@ def printable(text: str) -> str:
 
 
 class ConfigError(EdgekitError):
-    """A recipe, target profile or option is wrong. `where` is file:line and `key` the key."""
+    """A recipe, target profile or option is wrong — also an unknown device name, no private
+    key to log in with, a recipe's inputs the model fails on, `bench compare` of unlike
+    results. `where` is file:line and `key` the key."""
 
     exit_code = 2
     escapes_input = True
