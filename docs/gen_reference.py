@@ -164,12 +164,23 @@ def recipe_page() -> str:
 def profile_page() -> str:
     from edgekit.config.profiles import Target
     schema = Target.model_json_schema()
+    # the file as written: `extends:` is merged away before the model sees it, and `name` and
+    # `source` are filled in from the file (config/profiles.py: _merged, load_target)
+    properties = dict(schema["properties"])
+    schema["properties"] = {
+        "extends": {"type": "string", "description": "another profile's name (or path): its "
+                    "keys are merged underneath this file's, section by section; its "
+                    "`description` is not inherited"},
+        **properties,
+        "name": {**properties["name"], "description": "set by edgekit: the file's name"},
+        "source": {**properties["source"], "description": "set by edgekit: the file's path"}}
+    schema["required"] = [k for k in schema.get("required", ()) if k != "name"]
     return schema_page(
         "Target profile file", "A target profile (`targets/*.yaml`) describes a board: CPU, "
         "Vulkan or NPU, the lowerings to try, compiler flags, what `edgekit tune` tries. "
-        "A file may start with `extends: OTHER` (another profile's name) and set only what "
-        "differs; `name` is the file's name and `source` its path, both filled in by edgekit. "
-        "How to write one: [Add a board](../how-to/add-a-board.md).", schema)
+        "A file that `extends:` another sets only what differs; *required* keys are required "
+        "once the chain of `extends:` is merged. How to write one: "
+        "[Add a board](../how-to/add-a-board.md).", schema)
 
 
 def fleet_page() -> str:

@@ -102,7 +102,11 @@ def resolve(args: list[str]) -> str | None:
     command, name, parent, rest = cli, "edgekit", None, list(args)
     while isinstance(command, click.Group):
         ctx = command.make_context(name, rest, parent=parent, resilient_parsing=True)
-        remaining = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+        # the subcommand name and its arguments, as Group.invoke reads them
+        protected = getattr(ctx, "_protected_args", None)       # click >= 8.2
+        if protected is None:
+            protected = ctx.protected_args
+        remaining = [*protected, *ctx.args]
         if not remaining:
             return None
         name, sub, rest = command.resolve_command(ctx, remaining)
