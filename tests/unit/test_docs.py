@@ -30,7 +30,8 @@ def gen_reference():
 
 def test_the_site_builds_in_strict_mode(tmp_path):
     """Broken links and anchors fail the build; the generated pages are part of it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_MKDOCS_2_WARNING": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_MKDOCS_2_WARNING": "1",
+           "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
                            "--config-file", str(REPO / "mkdocs.yml"), "--site-dir",
                            str(tmp_path / "site")], capture_output=True, text=True, env=env,
@@ -77,6 +78,16 @@ def test_readme_is_short_and_gives_the_two_commands_as_ci_runs_them():
     assert f"```\n{SETUP}\n```" in text
     assert f"```\n{TESTS}\n```" in text
     assert TESTS in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_readme_links_to_files_that_exist():
+    """README is read on a forge and in the package, not in the site: its links are files
+    (the generated reference pages are not, so README names the site for them)."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if "://" not in link]
+    assert len(local) > 20
+    missing = [link for link in local if not (REPO / link).exists()]
+    assert not missing
 
 
 def test_the_readme_tier_table_has_a_row_per_test_marker():
