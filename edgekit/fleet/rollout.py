@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import speed
 from edgekit.config.fleet import Fleet, FleetDevice, RolloutPolicy, load_fleet
 from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
@@ -373,19 +374,20 @@ def _same_module(a, b) -> bool:
 
 def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
                        max_ratio: float) -> dict:
-    """Round i of `after` against round i of `before` (benched back to back): the release
-    regressed when the median per-round p90 ratio exceeds `max_ratio` AND the rounds agree
-    (all, or all but one from 4 rounds up). Pooled p90s of short rounds flagged identical
-    models ×1.5–2 on a loaded machine; paired, longer rounds do not."""
+    """Round i of `after` against round i of `before` (benched back to back), by their p90s
+    and edgekit's one rule (edgekit/speed.py, bar `max_ratio`): the release regressed when
+    it is slower beyond `max_ratio` and the pairing's noise, in two rounds of three or more.
+    Pooled p90s of short rounds flagged identical models ×1.5–2 on a loaded machine; paired,
+    longer rounds do not."""
+    found = speed.verdict(speed.PairedRounds(
+        base=tuple(float(np.percentile(b, 90)) for b in before),
+        new=tuple(float(np.percentile(a, 90)) for a in after)), bar=max_ratio - 1)
     ratios = [float(np.percentile(a, 90) / np.percentile(b, 90)) for b, a in zip(before, after)]
-    needed = len(ratios) - 1 if len(ratios) >= 4 else len(ratios)
-    over = sum(r > max_ratio for r in ratios)
-    median = float(np.median(ratios))
     return {"p90_before_ms": round(float(np.percentile(sum(before, []), 90)), 4),
             "p90_after_ms": round(float(np.percentile(sum(after, []), 90)), 4),
-            "ratio": round(median, 3), "rounds_over": over,
+            "ratio": round(found.ratio, 3), "rounds_over": found.beyond_bar,
             "ratio_range": (round(min(ratios), 3), round(max(ratios), 3)),
-            "regressed": median > max_ratio and over >= needed}
+            "noise": round(found.noise, 3), "regressed": found.call == speed.SLOWER}
 
 
 def _roll_back(plan: RolloutPlan, journal: jr.Journal) -> None:
