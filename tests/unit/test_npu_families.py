@@ -77,3 +77,9 @@ def test_a_familys_summary_names_the_split_the_estimate_and_what_validated_it(ki
 def test_a_bundle_of_a_family_this_edgekit_lacks_gets_one_plain_line():
     lines = registry.summary(_note("tpu"))
     assert len(lines) == 1 and "tpu" in lines[0].text and "acc-1" in lines[0].text
+
+
+def test_check_on_a_family_that_places_ops_only_while_building_names_the_build():
+    with pytest.raises(ConfigError, match="places ops only while it compiles"):
+        registry.family_named("rknpu").refuse_unless_it_places_ops(load_target("rk3588-npu"))
+    registry.family_named("ethos-u").refuse_unless_it_places_ops(load_target("imx93-npu"))

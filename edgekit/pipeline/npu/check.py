@@ -51,8 +51,7 @@ def check_npu(recipe: Recipe, model: str, target: Target, repro: Path,
     from edgekit.toolchain.runner import keep_temps
     say = on_progress or (lambda _: None)
     family = family_for(target)
-    if not family.places_ops:       # refused before the model is loaded
-        family.partition(recipe, None, target, Path(), [])
+    family.refuse_unless_it_places_ops(target)
     frontend = frontend_for(recipe.model)
     say("load and export")
     exported = frontend.export(recipe, frontend.load(recipe))

@@ -81,8 +81,16 @@ class NpuFamily(abc.ABC):
 
     def partition(self, recipe: Recipe, exported: ExportedModel, target: Target,
                   workdir: Path, calibration: list) -> Partitioned:
-        """Where each op would run (`edgekit check MODEL --target T`); a family that places
-        ops only while it compiles (`places_ops` False) refuses, naming the build instead."""
-        raise ConfigError(f"target {target.name}: NPU kind '{self.kind}' places ops only "
-                          "while it compiles; `edgekit build` reports where each op ran",
-                          where=target.source, key="npu.kind")
+        """Where each op would run (`edgekit check MODEL --target T`), for a family whose
+        `places_ops`."""
+        self.refuse_unless_it_places_ops(target)
+        raise NotImplementedError(f"{type(self).__name__} says it places ops: it must "
+                                  "implement partition")
+
+    def refuse_unless_it_places_ops(self, target: Target) -> None:
+        """A family that places ops only while it compiles refuses `edgekit check`, naming the
+        build instead (before any model is loaded)."""
+        if not self.places_ops:
+            raise ConfigError(f"target {target.name}: NPU kind '{self.kind}' places ops only "
+                              "while it compiles; `edgekit build` reports where each op ran",
+                              where=target.source, key="npu.kind")
