@@ -317,7 +317,7 @@ def _release_of(plan: RolloutPlan, target: str) -> _Release:
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:
     """Bench `baseline` (the release being replaced) and the new release on the device in
     interleaved rounds, so load and clock drift hit both alike, and compare them round by
-    round (see `paired_p90_verdict`). Each round lasts at least `gate_round_s`; calls under
+    round (see `p90_gate_figures`). Each round lasts at least `gate_round_s`; calls under
     a millisecond are timed in batches (the sample is the batch's mean call) — timed one by
     one, a 30 µs call's p90 measures the scheduler, not the model. A release whose module
     and runtime configuration are those of the release it replaces (a rebuild that changed
@@ -350,7 +350,7 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict)
                                               driver=runs_as[r][1], warmup=2,
                                               conditions=False, calls_per_sample=batch))
                 rounds[r].append(run.samples_ms)
-        verdict = paired_p90_verdict(rounds[baseline], rounds[release], policy.max_p90_ratio)
+        verdict = p90_gate_figures(rounds[baseline], rounds[release], policy.max_p90_ratio)
         measured.update(verdict, calls_per_sample=batch, samples_per_round=per_round)
         if verdict["regressed"]:
             raise HealthGateFailed(
@@ -372,7 +372,7 @@ def _same_module(a, b) -> bool:
     return modules(a) == modules(b) and MODULE in a.files
 
 
-def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
+def p90_gate_figures(before: list[list[float]], after: list[list[float]],
                        max_ratio: float) -> dict:
     """Round i of `after` against round i of `before` (benched back to back), by their p90s
     and edgekit's one rule (edgekit/speed.py, bar `max_ratio`): the release regressed when

@@ -226,16 +226,16 @@ def kept_refinement(chosen: CandidateResult, base: CandidateResult | None,
     kept = clearly_faster(best, base)
     if not kept and second_look is not None and near_miss(best, base):
         if say is not None:
-            _say_verdict(say, "a second look for", best, base)
+            _say_decision(say, "a second look for", best, base)
         remeasured = {r.variant: r for r in second_look([base.variant, best.variant])}
         base, best = (pooled(r, remeasured.get(r.variant)) for r in (base, best))
         kept = base.status == best.status == "ok" and clearly_faster(best, base)
     if say is not None:
-        _say_verdict(say, "kept" if kept else "not kept", best, base)
+        _say_decision(say, "kept" if kept else "not kept", best, base)
     return fastest if kept else chosen      # its row as the record lists it
 
 
-def _say_verdict(say: Progress, verdict: str, best: CandidateResult,
+def _say_decision(say: Progress, verdict: str, best: CandidateResult,
                  base: CandidateResult) -> None:
     if best.p50_ms is None or base.p50_ms is None:
         say(f"{verdict}: {best.variant}: {best.reason or base.reason}")
@@ -249,7 +249,7 @@ def _say_verdict(say: Progress, verdict: str, best: CandidateResult,
 def near_miss(a: CandidateResult, b: CandidateResult) -> bool:
     """`a` looks faster than `b` (by more than 1 %, in at least half the paired rounds) but not
     clearly (`clearly_faster`): worth more rounds before deciding."""
-    found = _verdict(a, b)
+    found = _against(a, b)
     if found is None or not found.rounds or found.call == speed.FASTER:
         return False
     return -found.change_pct > 1.0 and 2 * found.faster_rounds >= found.rounds
@@ -268,7 +268,7 @@ def pooled(first: CandidateResult, second: CandidateResult | None) -> CandidateR
                                     "p50_ms": round(float(np.median(rounds)), 5)})
 
 
-def _verdict(a: CandidateResult, b: CandidateResult,
+def _against(a: CandidateResult, b: CandidateResult,
              bar: float = speed.DEFAULT_BAR) -> speed.Verdict | None:
     """`a` (B) against `b` (A) by edgekit's one rule (edgekit/speed.py): their rounds were
     interleaved, so round r of both ran at nearly the same time and they pair; rounds that
@@ -287,7 +287,7 @@ def _verdict(a: CandidateResult, b: CandidateResult,
 def paired_gain(a: CandidateResult, b: CandidateResult) -> tuple[float, float] | None:
     """How much faster `a` is than `b`, in % (the median over paired rounds of 1 - a/b), and
     the noise of that figure (speed.verdict's). None when the rounds cannot be paired."""
-    found = _verdict(a, b)
+    found = _against(a, b)
     if found is None or not found.rounds:
         return None
     return round(-found.change_pct, 2), round(100 * found.noise, 2)
@@ -299,7 +299,7 @@ def clearly_faster(a: CandidateResult, b: CandidateResult,
     the noise of the pairing, in at least two rounds of three."""
     if a is b:
         return False
-    found = _verdict(a, b, min_gain)
+    found = _against(a, b, min_gain)
     return found is not None and found.call == speed.FASTER
 
 

@@ -2,6 +2,8 @@
 tune` (is a candidate clearly faster than the untuned build?), a fleet's latency gate (is the
 new release slower than the one it replaces?) and `edgekit bench compare` (did the p50 move?)."""
 
+import re
+
 import pytest
 
 from edgekit import speed
@@ -78,7 +80,8 @@ def test_the_rule_is_one_function_in_one_leaf_module_that_tune_fleet_and_bench_c
                 and any(a.name.startswith("edgekit") for a in n.names)
                 or isinstance(n, ast.ImportFrom) and (n.module or "").startswith("edgekit")]
     package = source.parent
-    assert [p for p in package.rglob("*.py") if "def verdict(" in p.read_text()] == [source]
+    assert [p for p in package.rglob("*.py")
+            if re.search(r"def \w*verdict\(", p.read_text())] == [source]
     for user in ("tune/tuner.py", "fleet/rollout.py", "device/history.py"):
         assert "speed.verdict(" in (package / user).read_text(), user
 
@@ -125,16 +128,16 @@ def test_a_tune_win_inside_the_pairings_noise_is_not_taken_and_its_noise_is_know
 
 
 def test_the_latency_gate_needs_the_rounds_to_agree_not_one_noisy_round():
-    from edgekit.fleet.rollout import paired_p90_verdict
+    from edgekit.fleet.rollout import p90_gate_figures
     base = [[1.0] * 20 for _ in range(5)]
     slow = [[2.0] * 20 for _ in range(5)]
-    assert paired_p90_verdict(base, slow, 1.25)["regressed"]
+    assert p90_gate_figures(base, slow, 1.25)["regressed"]
     one_noisy = [[1.0] * 20, [1.0] * 20, [9.0] * 20, [1.02] * 20, [0.98] * 20]
-    verdict = paired_p90_verdict(base, one_noisy, 1.25)
+    verdict = p90_gate_figures(base, one_noisy, 1.25)
     assert not verdict["regressed"] and verdict["rounds_over"] == 1
     # three of five rounds slower is not enough agreement
     mixed = [[2.0] * 20, [2.0] * 20, [2.0] * 20, [1.0] * 20, [1.0] * 20]
-    assert not paired_p90_verdict(base, mixed, 1.25)["regressed"]
+    assert not p90_gate_figures(base, mixed, 1.25)["regressed"]
 
 
 
