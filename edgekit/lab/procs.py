@@ -53,15 +53,3 @@ def send(proc: Proc, sig: int) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-def uids_in_use() -> set[int]:
-    """The uids that processes on this machine run as (inside chroots too)."""
-    uids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                uids.add(entry.stat().st_uid)
-            except OSError:
-                pass
-    return uids

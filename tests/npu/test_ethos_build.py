@@ -14,6 +14,7 @@ from edgekit import BuildOptions, build, validate_local
 from edgekit.config.profiles import load_target
 from edgekit.errors import CannotRunHere, LoweringError, ToolchainMissing
 from edgekit.pipeline.npu import ethos
+from edgekit.pipeline.npu.registry import family_named
 from edgekit.toolchain import tosa
 from edgekit.toolchain.runner import run_tool
 from tests.integration.helpers import edgekit
@@ -146,7 +147,7 @@ def test_without_the_npu_toolchains_one_line_names_the_install(write_recipe, tmp
     assert "edgekit toolchains install npu" in done.stderr
     assert "Traceback" not in done.stderr
     with pytest.raises(ToolchainMissing):
-        tosa.npu_versions("ethos-u")
+        family_named("ethos-u").versions()
     shutil.rmtree(tmp_path / "none", ignore_errors=True)
 
 
