@@ -9,12 +9,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.channel.payload import write_payload
 from edgekit.config.resources import shims_dir
 from edgekit.device.probe import probe
 from edgekit.device.provision import SHIM_FILES, provision, sync_files
-from edgekit.device.trust import install_signers
+from edgekit.device.trust import check_signature, install_signers
 from edgekit.errors import ConfigError, DeviceAnswerRefused
-from edgekit.fleet.mender_export import PAYLOAD_TYPE, MenderArtifact, export_mender as write
+from edgekit.fleet.mender_export import PAYLOAD_TYPE, MenderArtifact, check_device_types, \
+    check_key, write_artifact
 from edgekit.models.bundle import load_bundle, require_bundle_path
 from edgekit.transport import open_device
 
@@ -36,12 +38,24 @@ class MenderExportOptions:
 
 
 def export_mender(options: MenderExportOptions) -> MenderArtifact:
-    """Write the bundle as a signed Mender artifact of payload type `edgekit`."""
+    """Write the bundle as a signed Mender artifact of payload type `edgekit`: its device
+    payload (the pull channel's, with the signed plan the device validates with) packed by
+    mender-artifact. The bundle must carry a trusted edgekit signature: the device checks it
+    again and refuses an unsigned release whatever Mender's signature says."""
+    check_device_types(tuple(options.device_types))
+    check_key(Path(options.key))      # both before the bundle is read: one line, early
     require_bundle_path(Path(options.bundle))
     bundle = load_bundle(options.bundle)
     try:
-        return write(bundle, Path(options.out), tuple(options.device_types), Path(options.key),
-                     options.name)
+        check_signature(bundle)
+        with tempfile.TemporaryDirectory(prefix="edgekit-mender-payload-") as tmp:
+            payload = write_payload(bundle, Path(tmp) / "payload")
+            return write_artifact(payload.directory, payload.app, payload.release,
+                                  Path(options.out), tuple(options.device_types),
+                                  Path(options.key), options.name,
+                                  meta={"created_at": payload.created_at,
+                                        "compiler_version": bundle.manifest.compiler_version,
+                                        "arch": bundle.manifest.arch})
     finally:
         bundle.release()
 

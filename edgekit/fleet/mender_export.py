@@ -3,12 +3,13 @@
 
 The artifact is written by the real `mender-artifact` tool (`write module-image`), so what a
 Mender server or client accepts is Mender's own format, not our reading of it. Its payload is
-one tar, `edgekit-release.tar`, holding `release/`: the release directory exactly as `edgekit
-deploy` uploads it (the bundle's files, its signature, run.env and SHA256SUMS). The artifact's
-meta-data names the app and the release id; the device's update module
-(runtime_shims/mender_edgekit) takes both from there, checks them, and runs the same
-on-device steps as every other path (verify the bundle's own signature and every sha256,
-stage, validate against the golden outputs, switch `current`, health hook, roll back).
+one tar, `edgekit-release.tar`, holding `release/`: the bundle's device payload, the same
+directory the pull channel serves (channel/payload.py: the release's files as `edgekit
+deploy` stages them, plus the signed plan install_bundle.sh validates with). The artifact's
+meta-data names the app and the release; the device's update module
+(runtime_shims/mender_edgekit) runs install_bundle.sh on the unpacked payload: the same
+on-device steps as every other path (verify the bundle's own signatures and every sha256,
+stage, validate against the golden outputs, switch `current`, hooks, roll back).
 
 Two signatures, two keys: the bundle's manifest carries edgekit's (an SSH key, checked on the
 device by verify.sh against its allowed signers), and the artifact carries Mender's, made
@@ -32,10 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.config.address import safe_name
-from edgekit.device.deploy import release_extras, release_id
-from edgekit.device.trust import check_signature
 from edgekit.errors import ConfigError
-from edgekit.models.bundle import MANIFEST, Bundle
 from edgekit.toolchain.runner import run_tool
 
 PAYLOAD_TYPE = "edgekit"          # the update module's name on the device
@@ -65,13 +63,11 @@ def artifact_argv(payload: Path, meta: Path, out: Path, name: str, app: str, rel
     """mender-artifact's command line: one module-image payload of type `edgekit`, the
     release recorded as the software version of `rootfs-image.<app>` (what `mender
     show-provides` and a Mender server's inventory show), signed with `key`."""
-    argv = [TOOL, "write", "module-image", "--type", PAYLOAD_TYPE,
+    types = [arg for device_type in device_types for arg in ("--device-type", device_type)]
+    return [TOOL, "write", "module-image", "--type", PAYLOAD_TYPE, *types,
             "--artifact-name", name, "--software-name", app, "--software-version", release,
             "--file", str(payload), "--meta-data", str(meta), "--key", str(key),
             "--output-path", str(out)]
-    for device_type in device_types:
-        argv[3:3] = ["--device-type", device_type]
-    return argv
 
 
 def check_device_types(device_types: tuple[str, ...]) -> tuple[str, ...]:
@@ -102,16 +98,16 @@ def check_key(key: Path) -> Path:
     return key
 
 
-def export_mender(bundle: Bundle, out: Path, device_types: tuple[str, ...], key: Path,
-                  name: str | None = None) -> MenderArtifact:
-    """Write `out` (.mender): the bundle's release as an `edgekit` module-image payload,
-    signed with `key`. The bundle must carry a trusted edgekit signature: the device checks
-    it again and refuses an unsigned release whatever Mender's signature says."""
+def write_artifact(payload: Path, app: str, release: str, out: Path,
+                   device_types: tuple[str, ...], key: Path, name: str | None = None,
+                   meta: dict[str, str] | None = None) -> MenderArtifact:
+    """Write `out` (.mender): the device payload directory `payload` (a release of `app`, as
+    channel/payload.py writes it: install_bundle.sh's input) packed as release/… in one tar,
+    the artifact's only payload file, signed with `key`."""
     device_types = check_device_types(device_types)
     check_key(key)
-    check_signature(bundle)
-    app = safe_name(bundle.manifest.app, "app")
-    release = release_id(bundle)
+    app = safe_name(app, "app")
+    release = safe_name(release, "release")
     name = name or f"{app}-{release}"
     if not _DEVICE_TYPE.fullmatch(name):
         raise ConfigError(f"{name!r} is not an artifact name (letters, digits and ._+- only)",
@@ -124,35 +120,36 @@ def export_mender(bundle: Bundle, out: Path, device_types: tuple[str, ...], key:
                           hint="apt-get install mender-artifact (Debian 12: 3.9)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="edgekit-mender-") as tmp:
-        scratch = Path(tmp)
-        payload = scratch / PAYLOAD
-        _write_payload(bundle, scratch / "extras", payload)
-        meta = scratch / "meta-data.json"
-        meta.write_text(json.dumps({
-            "edgekit": FORMAT, "app": app, "release": release,
-            "created_at": bundle.manifest.created_at,
-            "compiler_version": bundle.manifest.compiler_version,
-            "arch": bundle.manifest.arch}, indent=1) + "\n")
+        packed = Path(tmp) / PAYLOAD
+        pack_payload(payload, packed)
+        meta_file = Path(tmp) / "meta-data.json"
+        meta_file.write_text(json.dumps({"edgekit": FORMAT, "app": app, "release": release,
+                                         **(meta or {})}, indent=1) + "\n")
         partial = out.with_name(f".{out.name}.partial")
-        run_tool(artifact_argv(payload, meta, partial, name, app, release, device_types, key),
-                 what="mender-artifact could not write the artifact",
-                 hint="is the key's passphrase-free PEM readable by mender-artifact?",
-                 timeout=600)
-        partial.replace(out)
-        payload_size = payload.stat().st_size
+        try:
+            run_tool(artifact_argv(packed, meta_file, partial, name, app, release,
+                                   device_types, key),
+                     what="mender-artifact could not write the artifact",
+                     hint="is the key a passphrase-free PEM file mender-artifact reads?",
+                     timeout=600)
+            partial.replace(out)
+        finally:
+            partial.unlink(missing_ok=True)
+        payload_size = packed.stat().st_size
     return MenderArtifact(out, name, app, release, device_types, out.stat().st_size,
                           payload_size)
 
 
-def _write_payload(bundle: Bundle, extras: Path, payload: Path) -> None:
-    """release/<file> for every file `edgekit deploy` uploads: plain files only, no owners,
-    fixed mode, so the same bundle gives the same bytes."""
-    extras.mkdir()
-    members = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
-    members += [(path, path.name) for path in release_extras(bundle, extras)]
-    with tarfile.open(payload, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for source, rel in sorted(members, key=lambda m: m[1]):
-            info = tarfile.TarInfo(f"release/{rel}")
+def pack_payload(payload: Path, packed: Path) -> None:
+    """release/<file> for every file of the payload directory: plain files only, no owners,
+    fixed mode and time, so the same payload gives the same bytes (the update module refuses
+    any other kind of entry)."""
+    files = sorted(p for p in payload.rglob("*") if not p.is_dir())
+    with tarfile.open(packed, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for source in files:
+            if source.is_symlink() or not source.is_file():
+                raise ConfigError(f"{source} is not a plain file", key="payload")
+            info = tarfile.TarInfo(f"release/{source.relative_to(payload).as_posix()}")
             info.size = source.stat().st_size
             info.mode = 0o644
             info.mtime = 0
