@@ -12,7 +12,7 @@ from pathlib import Path
 from edgekit.channel.payload import write_payload
 from edgekit.config.resources import shims_dir
 from edgekit.device.probe import probe
-from edgekit.device.provision import SHIM_FILES, provision, sync_files
+from edgekit.device.provision import provision, sync_files
 from edgekit.device.trust import check_signature, install_signers
 from edgekit.errors import ConfigError, DeviceAnswerRefused
 from edgekit.fleet.mender_export import PAYLOAD_TYPE, MenderArtifact, check_device_types, \
@@ -22,9 +22,6 @@ from edgekit.transport import open_device
 
 MODULES_DIR = "/usr/share/mender/modules/v3"    # where mender-client 3.x looks for modules
 MODULE_SOURCE = "mender_edgekit"                # in runtime_shims/
-# what the update module runs besides SHIM_FILES (the on-device state machine shared with
-# the pull agent)
-MODULE_SHIMS = ("install_bundle.sh",)
 _DEVICE_PATH = re.compile(r"/[A-Za-z0-9._/+@-]*")
 
 
@@ -88,9 +85,6 @@ def install_mender_module(host: str, modules_dir: str = MODULES_DIR,
                                       where=conn.where)
         shims = f"{home}/{provisioned.shims_dir}"
         uploaded = list(provisioned.uploaded)
-        extra = [n for n in MODULE_SHIMS if n not in SHIM_FILES]
-        sync_files(conn, [(shims_dir() / n, f"{shims}/{n}") for n in extra], uploaded,
-                   mode=0o755)
         text = (shims_dir() / MODULE_SOURCE).read_text()
         text = text.replace("EDGEKIT_HOME=@EDGEKIT_HOME@\n", f"EDGEKIT_HOME='{home}'\n")
         text = text.replace("SHIMS=@SHIMS@\n", f"SHIMS='{shims}'\n")
