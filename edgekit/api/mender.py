@@ -14,7 +14,7 @@ from edgekit.config.resources import shims_dir
 from edgekit.device.probe import probe
 from edgekit.device.provision import provision, sync_files
 from edgekit.device.trust import check_signature, install_signers
-from edgekit.errors import ConfigError, DeviceAnswerRefused
+from edgekit.errors import BundleNotTrusted, ConfigError, DeviceAnswerRefused
 from edgekit.fleet.mender_export import PAYLOAD_TYPE, MenderArtifact, check_device_types, \
     check_key, write_artifact
 from edgekit.models.bundle import load_bundle, require_bundle_path
@@ -44,7 +44,16 @@ def export_mender(options: MenderExportOptions) -> MenderArtifact:
     require_bundle_path(Path(options.bundle))
     bundle = load_bundle(options.bundle)
     try:
-        check_signature(bundle)
+        try:
+            check_signature(bundle)
+        except BundleNotTrusted as exc:
+            if "--allow-unsigned" not in (exc.hint or ""):
+                raise
+            # the deploy's hint: an export has no such opt-out (devices refuse it anyway)
+            raise BundleNotTrusted(exc.what, where=exc.where,
+                                   hint="build it with `edgekit build` (it signs with your "
+                                        "key): devices install only releases their allowed "
+                                        "signers signed") from None
         with tempfile.TemporaryDirectory(prefix="edgekit-mender-payload-") as tmp:
             payload = write_payload(bundle, Path(tmp) / "payload")
             return write_artifact(payload.directory, payload.app, payload.release,
