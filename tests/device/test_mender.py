@@ -177,10 +177,9 @@ def test_a_failing_health_hook_rolls_back_to_the_previous_release(device, write_
         hook_flag.unlink()
     assert code != 0, log
     assert current_of(dev) == live
-    events = journal_of(dev)
-    assert ("activate", second["release"]) in events
-    assert ("health-failed", second["release"]) in events
-    assert events[-1] in {("rollback", live), ("activate", live)}
+    assert journal_of(dev)[-4:] == [("activate", second["release"]),
+                                    ("health-failed", second["release"]),
+                                    ("activate", live), ("rollback", live)]
     assert artifact_name(dev) == live_name
 
 
@@ -206,5 +205,5 @@ def test_an_unsigned_or_wrongly_signed_artifact_is_refused_before_the_module_run
                             "-m", str(meta), "-o", str(out)], check=True, capture_output=True)
     code, log = mender(dev, "install", put(dev, out))
     assert code != 0
-    assert "signature" in log.lower() or "signed" in log.lower(), log
+    assert ("invalid signature" if signed_by else "expecting signed artifact") in log, log
     assert current_of(dev) == live and journal_of(dev) == before
