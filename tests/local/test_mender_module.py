@@ -16,7 +16,8 @@ from edgekit.channel.payload import write_payload
 from edgekit.config.recipe import Hooks
 from edgekit.fleet.mender_export import PAYLOAD, pack_payload
 from edgekit.models.bundle import MANIFEST
-from tests.local.conftest import APP, current_of, device_journal, rehash, releases_on
+from tests.local.conftest import APP, current_of, device_journal, rehash, releases_on, \
+    set_manifest
 
 pytestmark = pytest.mark.local
 
@@ -118,3 +119,29 @@ def test_a_payload_with_an_entry_edgekit_does_not_write_is_refused_before_unpack
     assert "an entry edgekit does not write" in done.stderr
     assert not (tree / "tmp" / "edgekit-bundle").exists()
     assert releases_on(root) == set() and current_of(root) is None
+
+
+def test_mender_rollback_before_the_commit_leaves_no_staged_release(module, v1, v2, tmp_path):
+    root, run = module
+    first, one = files_dir(tmp_path, v1, "one")
+    assert install(run, first)[0] is None
+    second, two = files_dir(tmp_path, v2, "two")
+    assert install(run, second, ("Download", "ArtifactInstall"))[0] is None
+    assert releases_on(root) == {one, two}
+    # `mender rollback`: ArtifactRollback, ArtifactFailure, Cleanup
+    assert install(run, second, ("ArtifactRollback", "ArtifactFailure", "Cleanup"))[0] is None
+    assert current_of(root) == one and releases_on(root) == {one}
+    assert not (root / ".edgekit" / "apps" / APP / f".plan-{two}").exists()
+
+
+def test_committed_releases_are_pruned_to_current_the_rollback_target_and_three(
+        module, v1, bundle_copy, tmp_path):
+    root, run = module
+    releases = []
+    for n in range(5):
+        bundle = bundle_copy(v1, lambda d, n=n: set_manifest(d, model_notes=[f"build {n}"]))
+        tree, release = files_dir(tmp_path, bundle, f"r{n}")
+        assert install(run, tree)[0] is None
+        releases.append(release)
+    assert current_of(root) == releases[-1]
+    assert releases_on(root) == set(releases[-3:])
