@@ -138,6 +138,23 @@ def test_a_signed_artifact_installs_validates_and_commits_through_mender_client(
     assert row["last_validation"]["release"] == first["release"]
 
 
+def test_mender_rollback_before_the_commit_keeps_current_and_leaves_nothing_staged(
+        device, write_recipe, tmp_path):
+    dev, keys = device
+    live = current_of(dev)
+    assert live, "runs after the first install"
+    second = export(build(write_recipe, "conv_mean", "second"), keys / "ours.pem",
+                    tmp_path / "second.mender")
+    code, log = mender(dev, "install", put(dev, tmp_path / "second.mender"))
+    assert code == 0, log
+    assert journal_of(dev)[-1] == ("validated", second["release"])
+    code, log = mender(dev, "rollback")
+    assert code == 0, log
+    assert current_of(dev) == live
+    releases = dev.host_path(f"{dev.home}/.edgekit/apps/{APP}/releases")
+    assert {p.name for p in releases.iterdir()} == {live}
+
+
 def test_an_artifact_that_fails_validation_on_the_device_leaves_current_unchanged(
         device, write_recipe, tmp_path):
     dev, keys = device
