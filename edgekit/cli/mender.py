@@ -63,13 +63,18 @@ def agent() -> None:
               help="where the client reads update modules (default "
                    "/usr/share/mender/modules/v3)")
 @IDENTITY
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @handle_errors
 def agent_install(host: str, mender: bool, modules_dir: str | None,
-                  identity: Path | None) -> None:
+                  identity: Path | None, as_json: bool) -> None:
     """Install on HOST (""" + HOST_HELP + """) what a Mender-managed device needs to
     install `edgekit export mender` artifacts: the update module, the shims, the IREE runtime
     and this machine's trusted signers."""
     from edgekit.api.mender import MODULES_DIR, install_mender_module
     result = install_mender_module(host, modules_dir or MODULES_DIR, identity)
+    if as_json:
+        render.emit_json({"host": host, "module": result.module, "shims": result.shims,
+                          "runtime": result.runtime, "uploaded": list(result.uploaded)})
+        return
     render.out.print(f"installed the edgekit update module at {escape(result.module)} on "
                      f"{escape(host)} ({len(result.uploaded)} file(s) sent)", highlight=False)
