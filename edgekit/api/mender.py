@@ -71,7 +71,7 @@ class MenderModuleInstall:
     host: str
     module: str              # where the update module now is on the device
     shims: str               # the shims it runs (absolute, as the device sees it)
-    runtime: str             # the IREE runtime provisioned for validation
+    runtime: str             # the IREE runtime provisioned for validation (absolute)
     uploaded: tuple[str, ...]
 
 
@@ -104,7 +104,7 @@ def install_mender_module(host: str, modules_dir: str = MODULES_DIR,
         conn.run(["sh", "-n", f"{modules_dir}/{PAYLOAD_TYPE}"],
                  what="the installed update module does not parse")
     return MenderModuleInstall(host, f"{modules_dir}/{PAYLOAD_TYPE}", shims,
-                               provisioned.runtime_dir, tuple(uploaded))
+                               f"{home}/{provisioned.runtime_dir}", tuple(uploaded))
 
 
 __all__ = ["MODULES_DIR", "MenderArtifact", "MenderExportOptions", "MenderModuleInstall",
