@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
-              qemu-user-static binfmt-support mmdebstrap uidmap chromium procps)
+              qemu-user-static binfmt-support mmdebstrap uidmap chromium procps
+              mender-artifact mender-client)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
