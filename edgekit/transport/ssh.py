@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import base64
 import errno
-import hashlib
 import logging
-import random
 import secrets
 import select
 import shlex
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import paramiko
+import tenacity
 
 from edgekit.config.paths import known_hosts_path
 from edgekit.config.timeouts import Timeouts
@@ -45,9 +44,10 @@ from edgekit.transport.base import (MIN_TRANSFER_RATE, SPACE_HINT, TAIL_MAX_BYTE
 
 # A refused or dropped connection is retried (sshd restarting, or over its MaxStartups: it
 # drops connections before its banner); a deadline that passed is not (the device is silent,
-# and it would only multiply the wait). Backoff 0.5, 1, 2, 4 s, each jittered so that a fleet
-# turned away together does not come back together.
+# and it would only multiply the wait). Backoff "full jitter" (tenacity): uniform in
+# [0.25 s, 1, 2, 4, 4 s] so that a fleet turned away together does not come back together.
 CONNECT_ATTEMPTS = 5
+_BACKOFF = tenacity.wait_random_exponential(multiplier=1.0, min=0.25, max=4.0)
 
 # paramiko's transport thread logs each failed handshake with a traceback at ERROR, and with no
 # logging configured Python prints those to stderr (logging.lastResort): three raw tracebacks
@@ -62,9 +62,8 @@ _CLOSED_ERRORS = (paramiko.SSHException, OSError, EOFError)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint of a host key."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    """OpenSSH's SHA256 fingerprint of a host key (paramiko's, as `ssh-keygen -l` shows it)."""
+    return key.fingerprint
 
 
 @dataclass(frozen=True)
@@ -467,16 +466,15 @@ def connect(address: DeviceAddress, identity: Path, *,
     timeouts = timeouts or Timeouts().with_env()
     known_hosts = known_hosts or known_hosts_path()
     identity_key = _load_identity(identity, address)
-    last: _Retry | None = None
-    for attempt in range(attempts):
-        try:
-            client = _handshake(address, identity, identity_key, known_hosts, timeouts)
-            return Connection(address, client, timeouts)
-        except _Retry as exc:
-            last = exc
-        if attempt + 1 < attempts:
-            time.sleep(min(0.5 * 2.0 ** attempt, 4.0) * random.uniform(0.5, 1.5))
-    raise DeviceUnreachable(f"{last} (after {attempts} attempts)", where=str(address))
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts), wait=_BACKOFF,
+        retry=tenacity.retry_if_exception_type(_Retry), reraise=True)
+    try:
+        client = retrying(_handshake, address, identity, identity_key, known_hosts, timeouts)
+    except _Retry as last:
+        raise DeviceUnreachable(f"{last} (after {attempts} attempts)",
+                                where=str(address)) from None
+    return Connection(address, client, timeouts)
 
 
 def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PKey,
