@@ -449,6 +449,14 @@ def _reason(exc: BaseException) -> str:
 
 # --- connecting ------------------------------------------------------------------------------
 
+def offline_hint(address: DeviceAddress) -> str:
+    """What to check when nothing answers at `address` (the device is off, elsewhere, or its
+    sshd is not running)."""
+    return (f"check the address and port ({address.host}:{address.port}), that the device is "
+            "on and reachable from this machine (network, VPN, firewall) and runs sshd; "
+            f"`edgekit probe {address}` tries it alone")
+
+
 class _Retry(Exception):
     """A connection attempt refused or dropped before we were in: worth another attempt."""
 
@@ -472,8 +480,8 @@ def connect(address: DeviceAddress, identity: Path, *,
     try:
         client = retrying(_handshake, address, identity, identity_key, known_hosts, timeouts)
     except _Retry as last:
-        raise DeviceUnreachable(f"{last} (after {attempts} attempts)",
-                                where=str(address)) from None
+        raise DeviceUnreachable(f"{last} (after {attempts} attempts)", where=str(address),
+                                hint=offline_hint(address)) from None
     return Connection(address, client, timeouts)
 
 
@@ -486,8 +494,11 @@ def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PK
                                         timeout=timeouts.connect_s)
     except TimeoutError:
         raise DeviceUnreachable(f"connect: no answer within {timeouts.connect_s:g} s "
-                                "(timeouts.connect_s); is the address right and the device on?",
-                                where=where) from None
+                                "(timeouts.connect_s)", where=where,
+                                hint=offline_hint(address)) from None
+    except socket.gaierror as exc:      # no such host name: another attempt will not find it
+        raise DeviceUnreachable(f"connect: cannot resolve {address.host} ({_reason(exc)})",
+                                where=where, hint=offline_hint(address)) from None
     except OSError as exc:
         raise _Retry("connect", _reason(exc)) from None
     _refuse_a_non_ssh_greeting(sock, where, timeouts)
@@ -611,7 +622,8 @@ def fetch_host_key(address: DeviceAddress, timeouts: Timeouts | None = None
         sock = socket.create_connection((address.host, address.port),
                                         timeout=timeouts.connect_s)
     except OSError as exc:
-        raise DeviceUnreachable(f"connect: {_reason(exc)}", where=str(address)) from None
+        raise DeviceUnreachable(f"connect: {_reason(exc)}", where=str(address),
+                                hint=offline_hint(address)) from None
     transport = paramiko.Transport(sock)
     transport.banner_timeout = timeouts.banner_s
     try:
