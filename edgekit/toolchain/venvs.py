@@ -4,8 +4,8 @@
 `<cache>/toolchains/<name>` (or $EDGEKIT_TOOLCHAINS_DIR/<name>). edgekit looks for them there
 first, then in the shared folder /opt/edgekit/toolchains (or $EDGEKIT_SHARED_TOOLCHAINS_DIR),
 which an administrator fills once for every user of the machine (`.ci/setup.sh` does, as
-root: root's own cache is no other user's). $EDGEKIT_TOOLCHAINS_DIR, when set, is the only
-place looked at. edgekit runs programs in them by subprocess, with files (npz/JSON) as the
+root: root's own cache is no other user's). edgekit runs programs in them by subprocess, with
+files (npz/JSON) as the
 protocol, never by importing them: tosa-tools pins numpy < 2.2, rknn-toolkit2 torch <= 2.4.
 A venv counts as installed once its marker (`edgekit-toolchain.json`, written last, with the
 installed versions) is there and records every current pin; the versions go into manifests
@@ -45,8 +45,6 @@ def shared_root() -> Path:
 
 def search_roots() -> tuple[Path, ...]:
     """Where venvs are looked for, in order: the user's own, then the machine's."""
-    if os.environ.get("EDGEKIT_TOOLCHAINS_DIR"):
-        return (toolchains_root(),)
     return tuple(dict.fromkeys((toolchains_root(), shared_root())))
 
 

@@ -1,6 +1,5 @@
 """The NPU tier uses the NPU toolchains' venvs where `edgekit toolchains install npu` put them
-(the session's own build cache, tests/conftest.py, would hide the user's own; the machine's
-shared ones, which `.ci/setup.sh` installs, stay visible without help)."""
+(the session's own build cache, tests/conftest.py, would hide them)."""
 
 import os
 from pathlib import Path
@@ -16,9 +15,6 @@ TOOLCHAINS = os.environ.get("EDGEKIT_TOOLCHAINS_DIR") or str(
 @pytest.fixture(scope="session", autouse=True)
 def npu_toolchains():
     saved = os.environ.get("EDGEKIT_TOOLCHAINS_DIR")
-    if saved is None and not Path(TOOLCHAINS).is_dir():
-        yield                   # none of the user's own: the shared ones are found
-        return
     os.environ["EDGEKIT_TOOLCHAINS_DIR"] = TOOLCHAINS
     yield
     if saved is None:

@@ -8,6 +8,12 @@ from edgekit.errors import ToolchainMissing
 from edgekit.toolchain import venvs
 
 
+@pytest.fixture(autouse=True)
+def no_shared_toolchains(tmp_path, monkeypatch):
+    """This machine's shared venvs (.ci/setup.sh installs them) stay out of these tests."""
+    monkeypatch.setenv("EDGEKIT_SHARED_TOOLCHAINS_DIR", str(tmp_path / "no-shared"))
+
+
 def marker(root, name, versions):
     folder = root / name
     folder.mkdir(parents=True)
@@ -77,12 +83,15 @@ def test_a_shared_venv_made_for_older_pins_gives_way_to_an_install_for_the_user(
     assert chain.directory() == tmp_path / "cache" / "toolchains" / "executorch"   # never /opt
 
 
-def test_edgekit_toolchains_dir_is_the_only_place_looked_at_when_set(tmp_path, monkeypatch):
+def test_edgekit_toolchains_dir_takes_the_users_cache_place_before_the_shared_folder(
+        tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEKIT_TOOLCHAINS_DIR", str(tmp_path / "mine"))
     monkeypatch.setenv("EDGEKIT_SHARED_TOOLCHAINS_DIR", str(tmp_path / "shared"))
-    marker(tmp_path / "shared", "tosa", pins("tosa"))
-    assert venvs.search_roots() == (tmp_path / "mine",)
-    assert not venvs.toolchain("tosa").installed()
+    assert venvs.search_roots() == (tmp_path / "mine", tmp_path / "shared")
+    assert venvs.toolchains_root() == tmp_path / "mine"          # where `install` puts them
+    monkeypatch.delenv("EDGEKIT_SHARED_TOOLCHAINS_DIR")
+    assert venvs.search_roots() == (tmp_path / "mine", venvs.SHARED)
+    assert str(venvs.SHARED) == "/opt/edgekit/toolchains"        # where .ci/setup.sh puts them
 
 
 def test_a_missing_toolchain_names_where_it_looked_and_the_command_that_installs_it(
