@@ -81,12 +81,12 @@ def _nothing_to_roll_back_to(conn: Transport, app: str, current: str | None, nam
                                           f"{listing}")
     if current is None:
         return ConfigError(f"no release to roll back to: {app} has no current release on the "
-                           "device", key="app",
+                           "device", where=conn.where,
                            hint=f"deploy it first (`edgekit deploy`); {listing}")
     return ConfigError(
         f"no release to roll back to: {current} (current) is the only release of {app} ever "
         "activated on the device; deploying the same build again makes no new release (a "
-        "release is its bundle's content)", key="to",
+        "release is its bundle's content)", where=conn.where,
         hint=f"deploy another build of {app} first, then roll back to this one; {listing}")
 
 
