@@ -237,6 +237,13 @@ class RemoteCommandFailed(DeviceError):
                                 self.stderr_tail, self.hint)
 
 
+class DeviceOutOfSpace(DeviceError):
+    """The device has no room for the release: found at preflight (nothing was uploaded), the
+    same code as a disk that fills during the upload (a command on the device that failed)."""
+
+    exit_code = 15
+
+
 class DeviceAnswerRefused(DeviceError):
     """What a device sent back is refused before edgekit uses it: a file larger than what was
     asked implies, a link or device where a regular file belongs, a number that is not finite
@@ -283,7 +290,7 @@ EXIT_CODES: dict[str, int] = {
                 BundleError, CannotRunHere, ValidationFailed, UninformativeGolden,
                 BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
-                RemoteCommandFailed, DeviceAnswerRefused, HealthGateFailed, RolloutHalted,
-                LabSetupError, BundleNotTrusted, Interrupted)
+                RemoteCommandFailed, DeviceOutOfSpace, DeviceAnswerRefused, HealthGateFailed,
+                RolloutHalted, LabSetupError, BundleNotTrusted, Interrupted)
 }
 """Every exit code the CLI gives besides 0 (ok), by error class name."""
