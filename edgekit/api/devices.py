@@ -9,16 +9,22 @@ from pathlib import Path
 
 from edgekit.config.address import DeviceAddress
 from edgekit.config.devices import DeviceEntry, load_registry, lookup_device
+from edgekit.device.probe import DeviceInfo, hwcap_features as features, probe as run_probe
+from edgekit.device.provision import provision as run_provision
+from edgekit.device.trust import untrust_signer as remove
 from edgekit.errors import ConfigError, HostKeyChanged
+from edgekit.transport import open_device
+from edgekit.transport.ssh import fetch_host_key, pin_host_key, pinned_fingerprint
 
-# (step, hint) of a step that changes the device; the CLI says it when Ctrl-C stops one
+# (step, hint: how to see what it left) of a step that changes the device; the CLI says it
+# when Ctrl-C stops one
 OnChange = Callable[[str, str], None]
 
 
 @dataclass(frozen=True)
 class Probed:
     device: str                     # the address the device was reached at
-    info: object                    # edgekit.device.probe.DeviceInfo
+    info: DeviceInfo
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,6 @@ class Untrusted:
 
 def probe(host: str, identity: Path | None = None) -> Probed:
     """Connect and probe: arch, CPU, memory, disk, OS, Vulkan, NPUs, runtimes."""
-    from edgekit.device.probe import probe as run_probe
-    from edgekit.transport import open_device
     with open_device(host, identity) as conn:
         address = conn.where
         info = run_probe(conn)
@@ -63,7 +67,6 @@ def probe(host: str, identity: Path | None = None) -> Probed:
 
 def hwcap_features(info) -> tuple[str, ...]:
     """The CPU features an emulated aarch64 device's kernel reports (AT_HWCAP)."""
-    from edgekit.device.probe import hwcap_features as features
     return features(info)
 
 
@@ -71,9 +74,6 @@ def provision(host: str, target: str | None = None, identity: Path | None = None
               on_change: OnChange | None = None) -> Provisioned:
     """Install the IREE runtime tools (the compiler's version) and the shims on a device;
     each is checked by running it."""
-    from edgekit.device.probe import probe as run_probe
-    from edgekit.device.provision import provision as run_provision
-    from edgekit.transport import open_device
     if target:
         from edgekit.config.profiles import load_target
         load_target(target)           # a wrong name fails before the device is reached
@@ -91,7 +91,6 @@ def provision(host: str, target: str | None = None, identity: Path | None = None
 
 def host_key(host: str) -> HostKey:
     """The host key a device presents now, and the one pinned for it (if any)."""
-    from edgekit.transport.ssh import fetch_host_key, pinned_fingerprint
     address, _ = lookup_device(host)
     key_type, key_b64, seen = fetch_host_key(address)
     return HostKey(address=address, key_type=key_type, key_b64=key_b64, fingerprint=seen,
@@ -103,7 +102,6 @@ def trust(host: str, fingerprint: str | None = None, replace: bool = False,
           on_key: Callable[[HostKey], None] | None = None) -> Trusted:
     """Pin the device's host key: when it has `fingerprint`, or `confirm(key)` says yes
     (None: yes). A different pinned key is replaced only with `replace`."""
-    from edgekit.transport.ssh import pin_host_key
     key = host_key(host)
     if on_key:
         on_key(key)
@@ -126,8 +124,6 @@ def trust(host: str, fingerprint: str | None = None, replace: bool = False,
 def untrust_signer(host: str, signer: str, identity: Path | None = None) -> Untrusted:
     """Remove `signer` (a principal or a key's SHA256:… fingerprint) from the device's
     allowed signers; no such signer is a ConfigError."""
-    from edgekit.device.trust import untrust_signer as remove
-    from edgekit.transport import open_device
     with open_device(host, identity) as conn:
         address = conn.where
         removed = remove(conn, signer)

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.config.address import safe_name
-
-SWITCH_HINT = ("a release becomes current in one atomic rename: the device runs the release it "
-               "ran before or the new one; `edgekit releases HOST --app APP` shows which")
+from edgekit.device.layout import shims_dir
+from edgekit.device.probe import probe as run_probe
+from edgekit.device.provision import needs_provisioning, provision, shim_version
+from edgekit.device.releases import rollback as switch_back
+from edgekit.transport import open_device
 
 
 @dataclass(frozen=True)
@@ -22,14 +24,9 @@ class RolledBack:
 
 
 def rollback(host: str, app: str, to: str | None = None, identity: Path | None = None,
-             on_change: Callable[[str, str], None] | None = None) -> RolledBack:
+             on_change: Callable[[str], None] | None = None) -> RolledBack:
     """Switch `app` on `host` to release `to` [default: the one activated before current].
-    `on_change(step, hint)` is called as the device starts to change."""
-    from edgekit.device.layout import shims_dir
-    from edgekit.device.probe import probe as run_probe
-    from edgekit.device.provision import needs_provisioning, provision, shim_version
-    from edgekit.device.releases import rollback as switch_back
-    from edgekit.transport import open_device
+    `on_change(step)` is called as the device starts to change."""
     safe_name(app, "app")
     if to:
         safe_name(to, "release")
@@ -37,11 +34,11 @@ def rollback(host: str, app: str, to: str | None = None, identity: Path | None =
         address = conn.where
         info = run_probe(conn)
         if on_change:
-            on_change(f"the rollback of {app} on {host}", SWITCH_HINT)
+            on_change(f"the rollback of {app} on {host}")
         if needs_provisioning(info):
             provision(conn, info)
         before, after = switch_back(conn, app, shims_dir(shim_version()), to)
     return RolledBack(device=str(address), app=app, before=before or None, after=after)
 
 
-__all__ = ["RolledBack", "SWITCH_HINT", "rollback"]
+__all__ = ["RolledBack", "rollback"]

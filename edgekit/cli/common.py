@@ -18,7 +18,6 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.api.rollback import SWITCH_HINT
 from edgekit.cli import render
 from edgekit.errors import EdgekitError, Interrupted, LoweringError
 
@@ -101,6 +100,8 @@ NOTHING_CHANGED_UNLESS_SAID = frozenset({
     "deploy", "rollback", "provision"})
 # The step that changes a device while it runs, and how to see what it left: Ctrl-C's line.
 _device_step: tuple[str, str] | None = None
+SWITCH_HINT = ("a release becomes current in one atomic rename: the device runs the release it "
+               "ran before or the new one; `edgekit releases HOST --app APP` shows which")
 
 
 def changing(step: str, hint: str = SWITCH_HINT) -> None:
