@@ -25,10 +25,10 @@ def toolchains_install(group: str, accept_licence: bool, as_json: bool) -> None:
     (rknn-toolkit2, proprietary). Already installed venvs are kept."""
     from edgekit.api.toolchains import install
 
-    def say(line: str) -> None:       # stdout is the JSON document's with --json
+    def say(line: str) -> None:       # stdout is the JSON document's with --json; -q: none
         if as_json:
             render.progress(escape(line))
-        else:
+        elif render.verbosity >= 0:
             render.out.print(escape(line), highlight=False)
     rows = install(group, accept_licence=accept_licence, progress=say)
     if as_json:
