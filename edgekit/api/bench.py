@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgekit.device.bench import BenchOptions, run_bench
 from edgekit.errors import ConfigError
 from edgekit.models.bench import BenchResult, Comparison
 
@@ -45,13 +46,12 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def run(options, on_progress: Progress | None = None, html: Path | None = None,
+def run(options: BenchOptions, on_progress: Progress | None = None, html: Path | None = None,
         all_lab: bool = False) -> BenchRun:
-    """Bench `options` (edgekit.device.bench.BenchOptions) on its hosts, every running lab
-    device too with `all_lab`; write an HTML report to `html` if given."""
+    """Bench on `options.hosts`, every running lab device too with `all_lab`; results are
+    stored in the history; an HTML report is written to `html` if given."""
     import dataclasses
 
-    from edgekit.device.bench import run_bench
     if all_lab:
         from edgekit.api.lab import running
         options = dataclasses.replace(options, hosts=(*options.hosts, *running()))
@@ -62,12 +62,6 @@ def run(options, on_progress: Progress | None = None, html: Path | None = None,
     if html:
         _write_html(html, results, comparisons)
     return BenchRun(results, comparisons, html)
-
-
-def options(**given):
-    """edgekit.device.bench.BenchOptions(**given)."""
-    from edgekit.device.bench import BenchOptions
-    return BenchOptions(**given)
 
 
 def compare(ids: tuple[str, ...] = (), force: bool = False) -> Compared:
@@ -130,5 +124,5 @@ def _write_html(path: Path, results: list[BenchResult], comparisons: list[Compar
     path.write_text(render_report(results, comparisons, stored, now))
 
 
-__all__ = ["BenchRun", "Compared", "History", "Report", "compare", "history", "options",
+__all__ = ["BenchOptions", "BenchRun", "Compared", "History", "Report", "compare", "history",
            "report", "run"]

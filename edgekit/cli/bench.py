@@ -53,9 +53,9 @@ def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Pa
     except ValueError:
         raise ConfigError(f"--threads must be numbers separated by commas (got {threads!r})",
                           key="threads") from None
-    options = api.options(hosts=hosts, app=app, bundle=bundle, threads=thread_counts,
-                          repetitions=repetitions, warmup=warmup, rounds=rounds,
-                          identity=identity, allow_unsigned=allow_unsigned)
+    options = api.BenchOptions(hosts=hosts, app=app, bundle=bundle, threads=thread_counts,
+                               repetitions=repetitions, warmup=warmup, rounds=rounds,
+                               identity=identity, allow_unsigned=allow_unsigned)
     if as_json:
         done = api.run(options, html=html, all_lab=all_lab)
         render.emit_json({"results": [r.model_dump(mode="json") for r in done.results],
