@@ -21,8 +21,6 @@ from rich.markup import escape
 from edgekit.cli import render
 from edgekit.errors import EdgekitError, Interrupted, LoweringError
 
-JSON_ERROR_EXTRA = "edgekit.json_error"   # ctx.meta key: fields a command adds to its JSON error
-
 
 def handle_errors(fn):
     """Turn a command's exception into a message and the exit code of its class.
@@ -62,21 +60,15 @@ def handle_errors(fn):
     return wrapper
 
 
-def error_json(exc: EdgekitError, hint: str | None = None) -> dict:
-    """An error as --json shows it: the message (where: what), the exit code, the hint, the
-    error's class; a failed validation's report and what the command added (JSON_ERROR_EXTRA)."""
-    what = exc._shown(exc._what())
-    data = {"error": f"{exc._shown(exc.where)}: {what}" if exc.where else what,
-            "exit": exc.exit_code, "hint": hint or (exc._shown(exc.hint) if exc.hint else None),
-            "kind": type(exc).__name__}
+def error_json(exc: EdgekitError) -> dict:
+    """An error as --json shows it (EdgekitError.as_json), with a failed validation's report
+    and a failed lowering's reproducer."""
+    data = exc.as_json()
     report = getattr(exc, "report", None)
     if report is not None and hasattr(report, "model_dump"):
         data["report"] = report.model_dump(mode="json")
     if isinstance(exc, LoweringError) and exc.reproducer:
         data["reproducer"] = exc.reproducer
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None:
-        data.update(ctx.meta.get(JSON_ERROR_EXTRA, {}))
     return data
 
 

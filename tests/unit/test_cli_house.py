@@ -200,3 +200,17 @@ def test_each_api_function_a_command_calls_is_callable_from_python():
         assert inspect.getdoc(module), name
     from edgekit.api.rollback import RolledBack, rollback
     assert RolledBack and inspect.signature(rollback).parameters["to"].default is None
+
+
+def test_a_failed_validation_as_json_carries_its_report_and_a_python_caller_gets_the_same():
+    from edgekit.cli.common import error_json
+    from edgekit.errors import ConfigError, ValidationFailed
+    from edgekit.models.report import ValidationReport
+    report = ValidationReport(app="kws", target="host", where="lab-x86_64-1", ok=False,
+                              outputs=(), seconds=0.1)
+    said = error_json(ValidationFailed("outputs differ", report=report, hint="see the table"))
+    assert said == {"error": "outputs differ", "exit": 8, "hint": "see the table",
+                    "kind": "ValidationFailed", "report": report.model_dump(mode="json")}
+    # a user's text is escaped in JSON as on the terminal: one line, no terminal escapes
+    bad = ConfigError("unknown key", where="r.yaml:3", key="mo\x1bdel\n")
+    assert bad.as_json()["error"] == "r.yaml:3: mo\\x1bdel\\n: unknown key"
