@@ -57,7 +57,9 @@ def targets_show(name: str, as_json: bool) -> None:
     render.out.print(yaml.safe_dump(data, sort_keys=False), highlight=False, markup=False)
 
 
-@targets.command("derive")
+@targets.command("derive", short_help="Write a target profile for a device from its probe.", help=(
+    f"Probe HOST ({HOST_HELP}) and write a profile for it: the CPU and its features, cores, "
+    "the Vulkan device's IREE target; each value commented with its source."))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("-o", "--out", required=True, type=click.Path(path_type=Path),
               help="profile to write, e.g. targets/my-board.yaml (a Vulkan device adds "
@@ -66,8 +68,7 @@ def targets_show(name: str, as_json: bool) -> None:
 @JSON
 @handle_errors
 def targets_derive(host: str, out: Path, identity: Path | None, as_json: bool) -> None:
-    """Probe HOST (""" + HOST_HELP + """) and write a profile for it: the CPU and its
-    features, cores, the Vulkan device's IREE target; each value commented with its source."""
+    # (its help is the decorator's: a docstring cannot hold HOST_HELP)
     from edgekit.api.targets import derive
     derived = derive(host, out, identity)
     if as_json:
