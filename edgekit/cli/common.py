@@ -138,34 +138,24 @@ def _report_unexpected(exc: Exception, as_json: bool = False) -> None:
         f"{type(exc).__module__}.{type(exc).__qualname__}"
     lines = str(exc).strip().splitlines()
     message = kind + (f": {lines[0]}" if lines else "")
-    json_out = as_json and not render.json_emitted
-    if not json_out:
-        render.err.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    if debug():
-        _print_traceback(exc)
-        if json_out:
-            render.emit_json({"error": message, "exit": EdgekitError.exit_code, "hint": None,
-                              "kind": type(exc).__name__})
-        return
-    try:
-        log = _write_traceback_log(exc)
-    except OSError as log_exc:
-        hint = f"no log file ({log_exc}); the traceback is on stderr"
-        if json_out:
-            render.emit_json({"error": message, "exit": EdgekitError.exit_code, "hint": hint,
-                              "kind": type(exc).__name__})
-        else:
-            render.err.print(f"  (no log file: {escape(str(log_exc))}; the traceback follows)",
-                             highlight=False)
-        _print_traceback(exc)
-        return
-    if json_out:
-        render.emit_json({"error": message, "exit": EdgekitError.exit_code,
-                          "hint": f"traceback: {log}; rerun with --debug for the traceback",
+    show_traceback, note, hint = debug(), None, None
+    if not show_traceback:
+        try:
+            log = _write_traceback_log(exc)
+            note = f"traceback: {log}\n  rerun with --debug for the traceback"
+            hint = f"the traceback is in {log}; rerun with --debug to print it"
+        except OSError as log_exc:
+            note, show_traceback = f"(no log file: {log_exc}; the traceback follows)", True
+            hint = f"no log file ({log_exc}): the traceback is on stderr"
+    if as_json and not render.json_emitted:
+        render.emit_json({"error": message, "exit": EdgekitError.exit_code, "hint": hint,
                           "kind": type(exc).__name__})
-        return
-    render.err.print(f"  traceback: {escape(str(log))}\n  rerun with --debug for the traceback",
-                     highlight=False, soft_wrap=True)
+    else:
+        render.err.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        if note:
+            render.err.print(f"  {escape(note)}", highlight=False, soft_wrap=True)
+    if show_traceback:
+        _print_traceback(exc)
 
 
 def _write_traceback_log(exc: Exception) -> Path:

@@ -115,8 +115,9 @@ class LazyGroup(click.Group):
             # a usage error (exit 2) as a JSON error, like an edgekit error under --json
             hint = f"`{exc.ctx.command_path} --help` lists the options" \
                 if getattr(exc, "ctx", None) is not None else None
+            kind = "UsageError" if isinstance(exc, click.UsageError) else type(exc).__name__
             render.emit_json({"error": exc.format_message(), "exit": exc.exit_code,
-                              "hint": hint, "kind": "UsageError"})
+                              "hint": hint, "kind": kind})
             sys.exit(exc.exit_code)
 
 

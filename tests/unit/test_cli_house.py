@@ -214,3 +214,17 @@ def test_a_failed_validation_as_json_carries_its_report_and_a_python_caller_gets
     # a user's text is escaped in JSON as on the terminal: one line, no terminal escapes
     bad = ConfigError("unknown key", where="r.yaml:3", key="mo\x1bdel\n")
     assert bad.as_json()["error"] == "r.yaml:3: mo\\x1bdel\\n: unknown key"
+
+
+def test_an_unexpected_error_under_json_names_its_log_in_the_hint(home, monkeypatch):
+    state = home / "state"
+    state.mkdir()
+    (state / "devices.json").write_text("{not json")  # a state file cut short
+    monkeypatch.setenv("EDGEKIT_HOME", str(state))
+    result = invoke("devices", "list", "--json")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    said = json.loads(result.stdout)
+    assert said["exit"] == 1 and said["kind"] == "JSONDecodeError"
+    assert said["error"].startswith("json.decoder.JSONDecodeError: Expecting property name")
+    log = next((state / "logs").iterdir())
+    assert said["hint"] == f"the traceback is in {log}; rerun with --debug to print it"
