@@ -9,7 +9,8 @@ from pathlib import Path
 
 from edgekit.config.address import DeviceAddress
 from edgekit.config.devices import DeviceEntry, load_registry, lookup_device
-from edgekit.device.probe import DeviceInfo, hwcap_features as features, probe as run_probe
+# hwcap_features: what an emulated aarch64 device's kernel says its CPU has (probe's table)
+from edgekit.device.probe import DeviceInfo, hwcap_features, probe as run_probe
 from edgekit.device.provision import provision as run_provision
 from edgekit.device.trust import untrust_signer as remove
 from edgekit.errors import ConfigError, HostKeyChanged
@@ -63,11 +64,6 @@ def probe(host: str, identity: Path | None = None) -> Probed:
         address = conn.where
         info = run_probe(conn)
     return Probed(device=str(address), info=info)
-
-
-def hwcap_features(info) -> tuple[str, ...]:
-    """The CPU features an emulated aarch64 device's kernel reports (AT_HWCAP)."""
-    return features(info)
 
 
 def provision(host: str, target: str | None = None, identity: Path | None = None,
