@@ -19,6 +19,8 @@ from edgekit.cli.common import error_json, interrupted  # noqa: F401  (tests, ol
 # name → (module:attribute, the first sentence of the command's help, which `edgekit --help`
 # lists; a unit test keeps each equal to the command's own)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "agent": ("edgekit.cli.mender:agent",
+              "Put what pulls and installs releases on a device."),
     "bench": ("edgekit.cli.bench:bench",
               "Benchmark deployed models on devices; compare and report (`bench HOST … --app "
               "A`)."),
@@ -42,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "--target first; check the device, upload, validate on the device, then activate."),
     "devices": ("edgekit.cli.devices:devices",
                 "Known devices and their pinned host keys."),
+    "export": ("edgekit.cli.mender:export",
+               "Write a bundle in the format of another update engine."),
     "fleet": ("edgekit.cli.fleet:fleet",
               "Roll a model out to a fleet in waves, gated on numerics and latency."),
     "lab": ("edgekit.cli.lab:lab",
