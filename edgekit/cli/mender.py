@@ -9,10 +9,10 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import complete, render
-from edgekit.cli.main import HOST_HELP, IDENTITY, cli, examples, handle_errors
+from edgekit.cli.common import HOST_HELP, IDENTITY, JSON, examples, handle_errors
 
 
-@cli.group()
+@click.group()
 def export() -> None:
     """Write a bundle in the format of another update engine."""
 
@@ -29,7 +29,7 @@ def export() -> None:
 @click.option("-o", "--out", required=True, type=click.Path(path_type=Path),
               help="the .mender file to write")
 @click.option("--name", default=None, help="artifact name (default: <app>-<release>)")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@JSON
 @handle_errors
 def export_mender(bundle: Path, device_types: tuple[str, ...], key: Path, out: Path,
                   name: str | None, as_json: bool) -> None:
@@ -50,12 +50,16 @@ def export_mender(bundle: Path, device_types: tuple[str, ...], key: Path, out: P
                      highlight=False)
 
 
-@cli.group()
+@click.group()
 def agent() -> None:
     """Put what pulls and installs releases on a device."""
 
 
-@agent.command("install", epilog=examples("edgekit agent install --mender pi@10.0.0.7"))
+@agent.command("install", epilog=examples("edgekit agent install --mender pi@10.0.0.7"),
+               short_help="Install what a Mender-managed device needs for edgekit artifacts.",
+               help=f"Install on HOST ({HOST_HELP}) what a Mender-managed device needs to "
+                    "install `edgekit export mender` artifacts: the update module, the shims, "
+                    "the IREE runtime and this machine's trusted signers.")
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--mender", is_flag=True, required=True,
               help="install edgekit's Mender update module (mender-client 3.x)")
@@ -63,13 +67,11 @@ def agent() -> None:
               help="where the client reads update modules (default "
                    "/usr/share/mender/modules/v3)")
 @IDENTITY
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@JSON
 @handle_errors
 def agent_install(host: str, mender: bool, modules_dir: str | None,
                   identity: Path | None, as_json: bool) -> None:
-    """Install on HOST (""" + HOST_HELP + """) what a Mender-managed device needs to
-    install `edgekit export mender` artifacts: the update module, the shims, the IREE runtime
-    and this machine's trusted signers."""
+    # (its help is the decorator's: a docstring cannot hold HOST_HELP)
     from edgekit.api.mender import MODULES_DIR, install_mender_module
     result = install_mender_module(host, modules_dir or MODULES_DIR, identity)
     if as_json:
