@@ -4,13 +4,13 @@ loads one only when the user says they trust it (issue 17, item 6)."""
 import io
 import json
 import os
-import subprocess
-import sys
 import zipfile
 
 import pytest
 import torch
+from click.testing import CliRunner
 
+from edgekit.cli.main import cli
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import ModelLoadError
 from edgekit.pipeline.frontends.torch import TorchFrontend
@@ -42,9 +42,6 @@ def evil_pt2(path, marker) -> None:
             dst.writestr(item, data)
 
 
-def edgekit(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=os.environ.copy())
 
 
 @pytest.fixture
@@ -57,10 +54,13 @@ def evil(tmp_path):
 @pytest.mark.parametrize("argv", [["build", "--recipe", "recipe.yaml", "--target", "host"],
                                   ["check", "model.pt2"], ["check", "recipe.yaml"]],
                          ids=" ".join)
-def test_an_untrusted_pt2_is_refused_in_one_line_before_it_is_unpickled(evil, argv):
-    proc = edgekit(*argv, cwd=evil)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.splitlines()
+def test_an_untrusted_pt2_is_refused_in_one_line_before_it_is_unpickled(evil, argv,
+                                                                         monkeypatch):
+    # in this process (torch is already imported here): a fresh one per command cost seconds
+    monkeypatch.chdir(evil)
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
     assert lines[0].startswith("error: ") and "refusing to load model.pt2" in lines[0]
     assert lines[1:] == ["  hint: if you made this file or trust its source, add "
                          "`trust_pickle: true` under `model:` or pass --trust-pickle"]
