@@ -63,8 +63,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: a worker per CPU (at most MOST_WORKERS); none when the command line names
-    test files or tests (starting workers costs more than a file's tests)."""
+    """`-n auto`: a worker per CPU (at most MOST_WORKERS), or PYTEST_XDIST_AUTO_NUM_WORKERS;
+    none (this process) when the command line names test files or tests: starting workers
+    costs more than a file's tests. `-n 0` runs everything in this process."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     if config.args and all(".py" in arg for arg in config.args):
         return 0
     return max(1, min(len(os.sched_getaffinity(0)), MOST_WORKERS))
