@@ -8,12 +8,11 @@ import zipfile
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from edgekit.cli.main import cli
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import ModelLoadError
 from edgekit.pipeline.frontends.torch import TorchFrontend
+from tests.fixtures.cli import edgekit_here
 
 
 class _RunsCode:
@@ -54,13 +53,10 @@ def evil(tmp_path):
 @pytest.mark.parametrize("argv", [["build", "--recipe", "recipe.yaml", "--target", "host"],
                                   ["check", "model.pt2"], ["check", "recipe.yaml"]],
                          ids=" ".join)
-def test_an_untrusted_pt2_is_refused_in_one_line_before_it_is_unpickled(evil, argv,
-                                                                         monkeypatch):
-    # in this process (torch is already imported here): a fresh one per command cost seconds
-    monkeypatch.chdir(evil)
-    result = CliRunner().invoke(cli, argv)
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.splitlines()
+def test_an_untrusted_pt2_is_refused_in_one_line_before_it_is_unpickled(evil, argv):
+    proc = edgekit_here(*argv, cwd=evil)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
     assert lines[0].startswith("error: ") and "refusing to load model.pt2" in lines[0]
     assert lines[1:] == ["  hint: if you made this file or trust its source, add "
                          "`trust_pickle: true` under `model:` or pass --trust-pickle"]
