@@ -7,8 +7,9 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny_models.py"
 # The arm64 rootfs is built once per machine (a few minutes) and shared by every run.
-# The CLI prints a progress line per step when stderr is piped; tests read stderr for the one-line
-# errors, so the commands they run stay quiet (the lines themselves: tests/unit/test_cli_truth.py)
+# The CLI prints a progress line per step when stderr is piped; tests read stderr for the
+# one-line errors, so the commands they run stay quiet (the lines themselves:
+# tests/unit/test_render_decisions.py)
 os.environ.setdefault("EDGEKIT_PROGRESS", "none")
 os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
                       str(Path.home() / ".cache" / "edgekit" / "lab" / "rootfs-arm64-bookworm"))
