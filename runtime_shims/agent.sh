@@ -18,9 +18,47 @@
 # every sha256, then install_bundle.sh stage-validate + activate (validation on the device,
 # rollback on a failed hook). Whatever happened is PUT as a small JSON to the status location.
 # Exit 0 when the device is where the channel wants it (or waits by policy), 1 otherwise.
+#
+# agent.sh install-timer auto|systemd|cron INTERVAL_S: run `agent.sh poll` every INTERVAL_S
+# seconds: a systemd timer (the user's manager, or the system's for root), else a crontab
+# line (minutes); prints the kind installed; exit 4 if neither is there.
 set -u
 export LC_ALL=C
-[ "${1:-}" = poll ] || { echo "usage: agent.sh poll [CONFIG]" >&2; exit 2; }
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+if [ "${1:-}" = install-timer ]; then
+  kind=${2:-auto} every=${3:-300}
+  case $every in ''|*[!0-9]*) echo "agent: bad interval" >&2; exit 2 ;; esac
+  if [ "$kind" != cron ]; then
+    if [ "$(id -u)" = 0 ] && [ -d /run/systemd/system ]; then
+      units=/etc/systemd/system ctl="systemctl"
+    elif systemctl --user show-environment >/dev/null 2>&1; then
+      units=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user ctl="systemctl --user"
+    else
+      units=
+    fi
+    if [ -n "$units" ]; then
+      mkdir -p "$units"
+      printf '[Unit]\nDescription=edgekit release channel poll\n\n[Service]\nType=oneshot\nExecStart=/bin/sh %s poll\n' \
+        "$self" > "$units/edgekit-agent.service"
+      printf '[Unit]\nDescription=edgekit release channel poll timer\n\n[Timer]\nOnBootSec=60\nOnUnitActiveSec=%s\nRandomizedDelaySec=%s\n\n[Install]\nWantedBy=timers.target\n' \
+        "$every" "$((every / 5 + 1))" > "$units/edgekit-agent.timer"
+      $ctl daemon-reload && $ctl enable --now edgekit-agent.timer >/dev/null 2>&1 &&
+        { echo systemd; exit 0; }
+      echo "agent: systemd did not take the timer" >&2; exit 4
+    fi
+    [ "$kind" = auto ] || { echo "agent: no systemd here" >&2; exit 4; }
+  fi
+  if command -v crontab >/dev/null 2>&1; then
+    minutes=$(( (every + 59) / 60 ))
+    { crontab -l 2>/dev/null | grep -v '# edgekit-agent$'
+      echo "*/$minutes * * * * /bin/sh $self poll >/dev/null 2>&1 # edgekit-agent"; } |
+      crontab - && { echo cron; exit 0; }
+  fi
+  echo "agent: neither systemd nor cron on this device" >&2
+  exit 4
+fi
+[ "${1:-}" = poll ] || { echo "usage: agent.sh poll [CONFIG] | install-timer KIND S" >&2
+                         exit 2; }
 conf=${2:-${HOME:-.}/.edgekit/agent/config}
 [ -f "$conf" ] || { echo "agent: no config $conf" >&2; exit 2; }
 get() { sed -n "s/^$1 //p" "$conf" | head -n 1; }
@@ -123,9 +161,9 @@ echo "$serial" > "$state/serial.tmp" && mv -f "$state/serial.tmp" "$state/serial
 # 2. the rollout policy
 current=$(readlink "$root/apps/$app/current" 2>/dev/null) || current=
 [ "${current##*/}" != "$release" ] || report current "release $release is current"
-[ "$paused" != 1 ] || report paused "the channel is paused"
 [ ! -f "$state/failed-$release" ] ||
   report failed "failed here before: $(cat "$state/failed-$release")" 0
+[ "$paused" != 1 ] || report paused "the channel is paused"
 h=$(printf '%s' "$seed:$device:$release" | sha256sum | cut -c1-8)
 b=$(( 0x$h % 10000 ))
 [ "$b" -lt $((percent * 100)) ] || report waiting "bucket $b is not under $((percent * 100))"
