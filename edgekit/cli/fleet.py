@@ -166,21 +166,29 @@ def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
 
 
 @fleet.command("status")
-@click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
-              help=FLEET_HELP)
+@click.option("--fleet", "fleet_file", type=click.Path(path_type=Path), help=FLEET_HELP)
+@click.option("--channel", "channel_source",
+              help="instead of --fleet: the reports of a release channel's devices (its "
+                   "folder DIR/NAME or URL)")
 @click.option("--app", help="app name [default: the --recipe's name]")
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML (for its name)")
 @click.option("--limit", help="only these devices: a device or group name, or label=value")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @WIDE
 @handle_errors
-def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: str | None,
-                 as_json: bool) -> None:
+def fleet_status(fleet_file: Path | None, channel_source: str | None, app: str | None,
+                 recipe: Path | None, limit: str | None, as_json: bool) -> None:
     """Every device's current release, runtime version and last validation."""
     from edgekit.config.fleet import load_fleet
     from edgekit.config.recipe import load_recipe
     from edgekit.errors import ConfigError
     from edgekit.fleet.status import fleet_status as read_status
+    if (fleet_file is None) == (channel_source is None):
+        raise ConfigError("give exactly one of --fleet or --channel", key="fleet")
+    if channel_source is not None:
+        from edgekit.cli.channel import show_status
+        show_status(channel_source, as_json)
+        return
     if (app is None) == (recipe is None):
         raise ConfigError("give exactly one of --app or --recipe", key="app")
     name = app or load_recipe(recipe).name

@@ -19,7 +19,7 @@ from edgekit.channel.publish import pause, promote, publish
 from edgekit.channel.reports import read_reports
 from edgekit.device.deploy import release_id
 from edgekit.lab.nginx import Nginx
-from tests.local.conftest import APP, current_of, device_journal, rehash, releases_on
+from tests.local.conftest import current_of, device_journal, rehash, releases_on
 
 pytestmark = pytest.mark.local
 
@@ -272,3 +272,42 @@ def test_dry_run_changes_nothing(v1, tmp_path, make_device):
     # the probe makes the (empty) root to measure its free space; nothing is installed
     assert not [p for p in device.root.rglob("*") if p.is_file()]
     shutil.rmtree(channel)
+
+
+def test_the_commands_end_to_end(v1, site, tmp_path):
+    from click.testing import CliRunner
+
+    from edgekit.cli.main import cli
+    root, web = site
+    run = CliRunner().invoke
+    channel = str(root / "stable")
+    bad = run(cli, ["channel", "publish", str(v1.path), "--channel", channel,
+                    "--percent", "50,10"])
+    assert bad.exit_code == 2 and "--percent steps must rise" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
+    dry = run(cli, ["channel", "publish", str(v1.path), "--channel", channel, "--dry-run"])
+    assert dry.exit_code == 0 and "would be published" in dry.output
+    assert not (root / "stable").exists()
+    done = run(cli, ["channel", "publish", str(v1.path), "--channel", channel,
+                     "--percent", "10,100", "--max-fail", "5%", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["index"]["percent"] == 10
+    device = tmp_path / "dev-cli"
+    device.mkdir()
+    installed = run(cli, ["agent", "install", f"local:{device}", "--channel",
+                          f"{web.url}/stable", "--device-id", "cli-1", "--timer", "none"])
+    assert installed.exit_code == 0, installed.output
+    assert "installed the agent as cli-1" in installed.output
+    polled = run(cli, ["agent", "poll", f"local:{device}"])
+    assert polled.exit_code == 0, polled.output
+    promoted = run(cli, ["channel", "promote", "--channel", channel])
+    assert promoted.exit_code == 0 and "raised" in promoted.output and "100%" in \
+        promoted.output
+    for args in (["channel", "status", "--channel", channel, "--json"],
+                 ["fleet", "status", "--channel", f"{web.url}/stable", "--json"]):
+        shown = run(cli, args)
+        assert shown.exit_code == 0, shown.output
+        reports = {r["device"]: r for r in json.loads(shown.output)["reports"]}
+        assert reports["cli-1"]["state"] in ("updated", "waiting")
+    paused = run(cli, ["channel", "pause", "--channel", channel])
+    assert paused.exit_code == 0 and "paused" in paused.output
