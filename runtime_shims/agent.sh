@@ -144,14 +144,17 @@ idx=$state/index.new
 val() { sed -n "s/^$1 //p" "$idx" | head -n 1; }
 [ "$(sed -n 1p "$idx")" = "edgekit-channel 1" ] || report refused "not an edgekit index" 1
 [ "$(val channel)" = "$channel" ] || report refused "the index is for channel '$(val channel)'" 1
-serial=$(val serial) app=$(val app) release=$(val release)
-percent=$(val percent) seed=$(val seed) paused=$(val paused)
+arch=$(uname -m)
+serial=$(val serial) app=$(val app) percent=$(val percent) seed=$(val seed) paused=$(val paused)
+release=$(sed -n "s/^release $arch \([^ ]*\) .*/\1/p" "$idx" | head -n 1)
+[ -n "$release" ] || { release=none; nothing=1; }
 for v in "$serial" "$percent"; do
   case $v in ''|*[!0-9]*) report refused "a malformed index" 1 ;; esac
 done
 for v in "$app" "$release" "$seed"; do
   case $v in ''|.*|*[!A-Za-z0-9._-]*) app= release=; report refused "a malformed index" 1 ;; esac
 done
+[ -z "${nothing:-}" ] || { release=; report waiting "the channel has no release for $arch"; }
 last=$(cat "$state/serial" 2>/dev/null) || last=0
 case $last in ''|*[!0-9]*) last=0 ;; esac
 [ "$serial" -ge "$last" ] ||
@@ -169,7 +172,7 @@ b=$(( 0x$h % 10000 ))
 [ "$b" -lt $((percent * 100)) ] || report waiting "bucket $b is not under $((percent * 100))"
 
 # 3. the files this device lacks, resumed, each sha256 checked
-files=$(sed -n 's/^file //p' "$idx")
+files=$(sed -n "s/^file $arch //p" "$idx")
 printf '%s\n' "$files" | while read -r sha size path; do
   case $sha in *[!0-9a-f]*|'') exit 1 ;; esac
   case $size in *[!0-9]*|'') exit 1 ;; esac

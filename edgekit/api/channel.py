@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.channel import agent as _agent
-from edgekit.channel.index import Index, in_rollout, parse_max_fail, parse_percents
+from edgekit.channel.index import Index, parse_max_fail, parse_percents
 from edgekit.channel.publish import ChannelChange, failures, load_index, reports_for
 from edgekit.channel.publish import pause as _pause, promote as _promote, publish as _publish
 from edgekit.channel.reports import DeviceReport, read_reports
@@ -71,10 +71,6 @@ def status(channel: str) -> ChannelStatus:
     reports = reports_for(folder, index)
     failed, tried = failures(index, reports)
     return ChannelStatus(index, reports, failed, tried)
-
-
-def in_bucket(index: Index, device: str) -> bool:
-    return in_rollout(index, device)
 
 
 def install_agent(host: str, channel_url: str, device_id: str | None = None,

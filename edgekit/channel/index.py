@@ -5,14 +5,16 @@ the rollout policy. Line-based (`key value`) so that a device reads it with sed,
     channel NAME            the channel this index is for (a device refuses another's)
     serial N                raised by every rewrite; a device refuses an older index than the
                             newest it accepted (no replay of a stale, validly signed index)
-    app NAME | release ID | created ISO-TIME
+    app NAME
     percent P               0-100: a device updates when its bucket is under P*100
-    seed HEX                with the device id and the release, picks the device's bucket
+    seed HEX                with the device id and its release, picks the device's bucket
     steps 10,50,100         the promotion plan (`channel promote` walks it)
     max_fail N|P%           failures past this pause the channel (promote)
     paused 0|1
-    file SHA256 SIZE PATH   one per payload file (channel/payload.py); the content lies at
-                            blobs/SHA256 beside the channel's folder
+    release ARCH ID CREATED the release for devices of one arch (uname -m): a channel holds
+                            one per arch, so one channel serves a mixed fleet
+    file ARCH SHA256 SIZE PATH  one per payload file of that arch's release (channel/
+                            payload.py); the content lies at blobs/SHA256 beside the channel
 
 Layout of `--channel DIR/NAME`: DIR/NAME/index, DIR/NAME/index.sig, DIR/NAME/status/ (the
 devices' reports, PUT there), DIR/blobs/<sha256> (shared by every channel in DIR: a file two
@@ -46,34 +48,60 @@ class ChannelFile:
 
 
 @dataclass(frozen=True)
+class Release:
+    arch: str
+    release: str
+    created: str
+    files: tuple[ChannelFile, ...]
+
+
+@dataclass(frozen=True)
 class Index:
     channel: str
     serial: int
     app: str
-    release: str
-    created: str
     percent: int
     seed: str
     steps: tuple[int, ...]
     max_fail: str
     paused: bool
-    files: tuple[ChannelFile, ...] = field(default=())
+    releases: tuple[Release, ...] = field(default=())
 
     def render(self) -> str:
         lines = [FORMAT, f"channel {self.channel}", f"serial {self.serial}", f"app {self.app}",
-                 f"release {self.release}", f"created {self.created}",
                  f"percent {self.percent}", f"seed {self.seed}",
                  f"steps {','.join(map(str, self.steps))}", f"max_fail {self.max_fail}",
                  f"paused {int(self.paused)}"]
-        lines += [f"file {f.sha256} {f.size} {f.path}" for f in self.files]
+        for r in self.releases:
+            lines.append(f"release {r.arch} {r.release} {r.created}")
+            lines += [f"file {r.arch} {f.sha256} {f.size} {f.path}" for f in r.files]
         return "\n".join(lines) + "\n"
 
     def bumped(self, **changes) -> "Index":
         return replace(self, serial=self.serial + 1, **changes)
 
+    def for_arch(self, arch: str) -> Release | None:
+        return next((r for r in self.releases if r.arch == arch), None)
+
+    @property
+    def release_ids(self) -> frozenset[str]:
+        return frozenset(r.release for r in self.releases)
+
+    @property
+    def release(self) -> str:
+        """The release ids, one per arch (comma-separated when several)."""
+        return ",".join(r.release for r in self.releases)
+
+    @property
+    def files(self) -> tuple[ChannelFile, ...]:
+        return tuple(f for r in self.releases for f in r.files)
+
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+
+ARCH = re.compile(r"[A-Za-z0-9_]{1,32}")
 
 
 def parse_index(text: str, where: str) -> Index:
@@ -82,26 +110,31 @@ def parse_index(text: str, where: str) -> Index:
     if not lines or lines[0] != FORMAT:
         raise ConfigError(f"not an edgekit channel index (first line {lines[:1]})", where=where)
     values: dict[str, str] = {}
-    files = []
+    releases: dict[str, list] = {}
     for n, line in enumerate(lines[1:], 2):
         key, _, value = line.partition(" ")
-        if key == "file":
-            parts = value.split(" ")
-            if len(parts) != 3 or not SHA.fullmatch(parts[0]) or not parts[1].isdigit() \
-                    or not PATH.fullmatch(parts[2]):
+        parts = value.split(" ")
+        if key == "release":
+            if len(parts) != 3 or not ARCH.fullmatch(parts[0]) or parts[0] in releases \
+                    or not NAME.fullmatch(parts[1]):
+                raise ConfigError(f"line {n}: a malformed release entry", where=where)
+            releases[parts[0]] = [parts[1], parts[2], []]
+        elif key == "file":
+            if len(parts) != 4 or parts[0] not in releases or not SHA.fullmatch(parts[1]) \
+                    or not parts[2].isdigit() or not PATH.fullmatch(parts[3]):
                 raise ConfigError(f"line {n}: a malformed file entry", where=where)
-            files.append(ChannelFile(parts[0], int(parts[1]), parts[2]))
+            releases[parts[0]][2].append(ChannelFile(parts[1], int(parts[2]), parts[3]))
         elif key in values or not value:
             raise ConfigError(f"line {n}: '{key}' repeated or empty", where=where)
         else:
             values[key] = value
     try:
         return Index(channel=values["channel"], serial=int(values["serial"]),
-                     app=values["app"], release=values["release"], created=values["created"],
-                     percent=int(values["percent"]), seed=values["seed"],
+                     app=values["app"], percent=int(values["percent"]), seed=values["seed"],
                      steps=tuple(int(s) for s in values["steps"].split(",")),
                      max_fail=values["max_fail"], paused=values["paused"] == "1",
-                     files=tuple(files))
+                     releases=tuple(Release(arch, r, c, tuple(f))
+                                    for arch, (r, c, f) in releases.items()))
     except (KeyError, ValueError) as exc:
         raise ConfigError(f"a missing or malformed entry ({exc})", where=where) from None
 
@@ -113,8 +146,10 @@ def bucket(seed: str, device: str, release: str) -> int:
     return int(digest[:8], 16) % BUCKETS
 
 
-def in_rollout(index: Index, device: str) -> bool:
-    return bucket(index.seed, device, index.release) < index.percent * (BUCKETS // 100)
+def in_rollout(index: Index, device: str, arch: str) -> bool:
+    mine = index.for_arch(arch)
+    return mine is not None and \
+        bucket(index.seed, device, mine.release) < index.percent * (BUCKETS // 100)
 
 
 def parse_percents(text: str) -> tuple[int, ...]:

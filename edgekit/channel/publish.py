@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgekit.channel.index import (BLOBS, INDEX, INDEX_SIG, NAME, STATUS, ChannelFile, Index,
-                                   over_limit, parse_index)
+                                   Release, over_limit, parse_index)
 from edgekit.channel.payload import sign_file, write_payload
 from edgekit.channel.reports import DeviceReport, read_reports
 from edgekit.config.address import safe_name
@@ -66,21 +66,28 @@ def require_index(channel: Path) -> Index:
 def publish(bundle_path: Path, channel: Path, steps: tuple[int, ...] = (100,),
             max_fail: str = "0", seed: str | None = None, dry_run: bool = False
             ) -> ChannelChange:
-    """Put the bundle's release on the channel at the first of `steps` percent."""
+    """Put the bundle's release on the channel for devices of its arch, at the first of
+    `steps` percent (the other arches' releases stay, under the same rollout)."""
     channel = channel_dir(channel)
     previous = load_index(channel)
     blobs = channel.parent / BLOBS
     with load_bundle(bundle_path) as bundle, \
             tempfile.TemporaryDirectory(prefix="edgekit-channel-") as tmp:
         payload = write_payload(bundle, Path(tmp) / "payload")
+        arch = bundle.manifest.arch
+        app = safe_name(payload.app, "app")
+        if previous is not None and previous.app != app:
+            raise ConfigError(f"channel {channel.name} carries {previous.app}, not {app}",
+                              key="channel", hint="one app per channel: publish to another")
         files = tuple(ChannelFile(sha, (payload.directory / rel).stat().st_size, rel)
                       for rel, sha in sorted(payload.files.items()))
         new = tuple(f for f in files if not (blobs / f.sha256).is_file())
+        others = tuple(r for r in (previous.releases if previous else ()) if r.arch != arch)
         index = Index(channel=channel.name, serial=(previous.serial + 1) if previous else 1,
-                      app=safe_name(payload.app, "app"), release=payload.release,
-                      created=payload.created_at, percent=steps[0],
-                      seed=seed or secrets.token_hex(8), steps=steps, max_fail=max_fail,
-                      paused=False, files=files)
+                      app=app, percent=steps[0], seed=seed or secrets.token_hex(8),
+                      steps=steps, max_fail=max_fail, paused=False,
+                      releases=(*others, Release(arch, payload.release, payload.created_at,
+                                                 files)))
         change = ChannelChange(channel, index, previous, tuple(f.sha256 for f in new),
                                sum(f.size for f in new), "published", dry_run=dry_run)
         if dry_run:
@@ -114,8 +121,9 @@ def reports_for(channel: Path | str, index: Index) -> list[DeviceReport]:
 
 
 def failures(index: Index, reports: list[DeviceReport]) -> tuple[int, int]:
-    """(failed, tried): devices that reported trying this release, and those that failed."""
-    mine = [r for r in reports if r.release == index.release]
+    """(failed, tried): devices that reported trying the channel's releases, and those of
+    them that failed."""
+    mine = [r for r in reports if r.release in index.release_ids]
     failed = sum(r.state == "failed" for r in mine)
     tried = failed + sum(r.state in ("updated", "current") for r in mine)
     return failed, tried
