@@ -8,6 +8,7 @@
 #   device ID     this device's id (the rollout bucket and the report's name)
 #   root DIR      edgekit's device root (~/.edgekit); shims DIR: the shims install_bundle.sh
 #                 and its siblings lie in
+#   fetch curl|wget  optional: the downloader (default: curl if there, else wget)
 #
 # Each poll: fetch the index and its signature; verify it (ssh-keygen -Y verify, namespace
 # edgekit-bundle, against /etc/edgekit/allowed_signers or ~/.edgekit/allowed_signers); refuse
@@ -72,9 +73,14 @@ state=$root/agent
 mkdir -p "$state/blobs" || exit 1
 INDEX_MAX=262144
 
-if command -v curl >/dev/null 2>&1; then fetcher=curl
-elif command -v wget >/dev/null 2>&1; then fetcher=wget
-else echo "agent: neither curl nor wget on this device" >&2; exit 1; fi
+fetcher=$(get fetch)       # curl | wget; absent: curl if there, else wget
+case $fetcher in
+  curl|wget) command -v "$fetcher" >/dev/null 2>&1 ||
+    { echo "agent: $fetcher not found" >&2; exit 1; } ;;
+  *) if command -v curl >/dev/null 2>&1; then fetcher=curl
+     elif command -v wget >/dev/null 2>&1; then fetcher=wget
+     else echo "agent: neither curl nor wget on this device" >&2; exit 1; fi ;;
+esac
 
 # fetch URL FILE MAXBYTES [resume]: GET into FILE (continuing a partial FILE with resume)
 fetch() {

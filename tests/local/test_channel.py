@@ -225,13 +225,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_a_download_cut_midway_resumes_on_the_next_poll(make_device, v1, tmp_path):
+@pytest.mark.parametrize("fetcher", ["curl", "wget"])
+def test_a_download_cut_midway_resumes_on_the_next_poll(make_device, v1, tmp_path, fetcher):
     root = tmp_path / "slow-site"
     root.mkdir()
     change = publish(v1.path, root / "stable")
     module = next(f for f in change.index.files if f.path == "module.vmfb")
     with Nginx(root, tmp_path / "nginx", blob_rate="40k") as web:
         device = agent_on(make_device, f"{web.url}/stable", "dev")
+        conf = device.root / AGENT_DIR / "config"
+        conf.write_text(conf.read_text() + f"fetch {fetcher}\n")
         part = device.root / ".edgekit" / "agent" / "blobs" / f"{module.sha256}.part"
         agent = subprocess.Popen(["sh", str(device.root / AGENT_DIR / "agent.sh"), "poll"],
                                  cwd=device.root, env={**os.environ, "HOME": str(device.root)},
@@ -240,10 +243,10 @@ def test_a_download_cut_midway_resumes_on_the_next_poll(make_device, v1, tmp_pat
         while not (part.is_file() and part.stat().st_size > 20_000):
             assert time.monotonic() < deadline and agent.poll() is None
             time.sleep(0.05)
-        curls = [p for p in _children(agent.pid)
-                 if b"curl" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert curls
-        for pid in curls:       # the connection is cut: curl dies mid-transfer
+        fetching = [p for p in _children(agent.pid)
+                    if fetcher.encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert fetching
+        for pid in fetching:    # the connection is cut: the download dies mid-transfer
             os.kill(pid, signal.SIGKILL)
         _, err = agent.communicate(timeout=60)
         assert agent.returncode == 1 and "resumed next poll" in err
@@ -254,6 +257,7 @@ def test_a_download_cut_midway_resumes_on_the_next_poll(make_device, v1, tmp_pat
         assert current_of(device.root) == release_id(v1)
         ranged = [ln for ln in web.log_lines() if ln[1] == f"/blobs/{module.sha256}"]
         assert ranged[-1][2] == "206" and int(ranged[-1][3]) == module.size - kept
+        assert report_of(root, "dev")["state"] == "updated"     # the report's PUT too
 
 
 def test_dry_run_changes_nothing(v1, tmp_path, make_device):
