@@ -9,7 +9,8 @@ prints median per-call latency with ratios to onnxruntime at the same thread cou
     python bench/host_latency.py --models kws_mlp --rounds 30 --json out.json
 
 edgekit runs through the IREE Python runtime: `local-sync` for 1 thread (no task system: best for
-small models, docs/toolchain-notes.md) and `local-task` with a 2-group topology for 2 threads.
+small models, docs/explanation/toolchain-notes.md) and `local-task` with a 2-group topology
+for 2 threads.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The model corpus (tests/corpus) as a table: model → target → lowering chosen → build time →
-max abs error vs eager PyTorch on held-out inputs. README's "Model families tested" table is
+max abs error vs eager PyTorch on held-out inputs. docs/explanation/model-corpus.md's table is
 this script's `--markdown` output.
 
 Each model is built with the cache off, as `edgekit build --target T` does; the rpi4 module runs
 under qemu in the arm64 lab userland (built once per machine, as root). Build times are wall
-seconds on the machine that runs it (the README's are from a 2-core shared machine).
+seconds on the machine that runs it (the docs' are from a 2-core shared machine).
 
     python bench/model_corpus.py [--markdown] [--targets host,rpi4] [--models bert,gpt2]
     python bench/model_corpus.py --rows stderr.log      # the table again, from a run's rows
@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--markdown", action="store_true", help="print README's table")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the table of docs/explanation/model-corpus.md")
     parser.add_argument("--targets", default="host,rpi4")
     parser.add_argument("--models", default="", help="comma-separated corpus names (all)")
     parser.add_argument("--rows", type=Path, help="render rows printed by an earlier run "

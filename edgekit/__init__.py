@@ -7,9 +7,7 @@ Every CLI command is a Python function here::
     report = validate_local(result.bundle.path)
 """
 
-from __future__ import annotations
-
-import importlib
+import importlib as _importlib
 
 # name → the module that defines it. Imported on first use: `import edgekit` (and so every CLI
 # command, `edgekit --help` included) must not pay for torch, torch-mlir and IREE up front.
@@ -35,11 +33,11 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(__all__) | {name for name in globals() if name.startswith("__")})
 

@@ -3,8 +3,9 @@
 Every failure a user can cause or meet is an :class:`EdgekitError` carrying *what* failed,
 *where* (file:line, stage, op, device) and a *hint*. Each class carries its exit code, and this
 module is the only place exit codes are written: the CLI exits with the code of the error it
-caught (any other exception exits with :class:`EdgekitError`'s 1), and README.md's "Exit codes"
-lists :data:`EXIT_CODES` (a unit test keeps the two equal). This module imports nothing from
+caught (any other exception exits with :class:`EdgekitError`'s 1), and the docs' exit-code table
+is generated from :data:`EXIT_CODES` and each class's docstring (docs/gen_reference.py): the
+first paragraph of a docstring here is what users read. This module imports nothing from
 edgekit.
 """
 
@@ -46,7 +47,9 @@ def printable(text: str) -> str:
 
 
 class ConfigError(EdgekitError):
-    """A recipe, target profile or option is wrong. `where` is file:line and `key` the key."""
+    """A recipe, target profile or option is wrong — also an unknown device name, no private
+    key to log in with, a recipe's inputs the model fails on, `bench compare` of unlike
+    results. `where` is file:line and `key` the key."""
 
     exit_code = 2
     escapes_input = True
@@ -234,6 +237,13 @@ class RemoteCommandFailed(DeviceError):
                                 self.stderr_tail, self.hint)
 
 
+class DeviceOutOfSpace(DeviceError):
+    """The device has no room for the release: found at preflight (nothing was uploaded), the
+    same code as a disk that fills during the upload (a command on the device that failed)."""
+
+    exit_code = 15
+
+
 class DeviceAnswerRefused(DeviceError):
     """What a device sent back is refused before edgekit uses it: a file larger than what was
     asked implies, a link or device where a regular file belongs, a number that is not finite
@@ -280,7 +290,7 @@ EXIT_CODES: dict[str, int] = {
                 BundleError, CannotRunHere, ValidationFailed, UninformativeGolden,
                 BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
-                RemoteCommandFailed, DeviceAnswerRefused, HealthGateFailed, RolloutHalted,
-                LabSetupError, BundleNotTrusted, Interrupted)
+                RemoteCommandFailed, DeviceOutOfSpace, DeviceAnswerRefused, HealthGateFailed,
+                RolloutHalted, LabSetupError, BundleNotTrusted, Interrupted)
 }
 """Every exit code the CLI gives besides 0 (ok), by error class name."""

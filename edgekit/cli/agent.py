@@ -1,5 +1,6 @@
-"""`edgekit agent …`: the pull agent on a device (install, poll now). Thin: each command
-calls one edgekit.api.channel function and renders."""
+"""`edgekit agent …`: what pulls releases onto a device — the channel agent (install, poll
+now) or, with --mender, edgekit's Mender update module. Thin: each command calls one
+edgekit.api function and renders."""
 
 from __future__ import annotations
 
@@ -10,36 +11,52 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import render
+from edgekit.cli import complete, render
 from edgekit.cli.main import IDENTITY, cli, examples, handle_errors
 
 
 @cli.group()
 def agent() -> None:
-    """The device side of a release channel: a POSIX-shell agent polled by a timer."""
+    """Put what pulls and installs releases on a device: the channel agent or Mender's
+    update module."""
 
 
 @agent.command("install", epilog=examples(
     "edgekit agent install lab-x86_64-1 --channel http://updates.example/stable",
-    "edgekit agent install pi@10.0.0.7 --channel http://u.example/stable --timer cron"))
-@click.argument("host", metavar="HOST")
-@click.option("--channel", "url", required=True, help="the channel's URL (http(s)://…/NAME)")
-@click.option("--device-id", help="the device's id in reports and rollout buckets "
+    "edgekit agent install pi@10.0.0.7 --channel http://u.example/stable --timer cron",
+    "edgekit agent install --mender pi@10.0.0.7"))
+@click.argument("host", shell_complete=complete.devices)
+@click.option("--channel", "url", help="the pull agent for this channel's URL "
+                                       "(http(s)://…/NAME)")
+@click.option("--mender", is_flag=True,
+              help="instead: edgekit's Mender update module (mender-client 3.x)")
+@click.option("--device-id", help="--channel: the device's id in reports and rollout buckets "
                                   "[default: its registered name or host]")
 @click.option("--timer", type=click.Choice(["auto", "systemd", "cron", "none"]),
-              default="auto", show_default=True, help="what runs the poll")
+              default="auto", show_default=True, help="--channel: what runs the poll")
 @click.option("--interval", "interval_s", default=300, show_default=True,
-              help="seconds between polls")
-@click.option("--runtime", help="IREE runtime version [default: this edgekit's]")
+              help="--channel: seconds between polls")
+@click.option("--runtime", help="--channel: IREE runtime version [default: this edgekit's]")
+@click.option("--modules-dir", default=None,
+              help="--mender: where the client reads update modules (default "
+                   "/usr/share/mender/modules/v3)")
 @IDENTITY
-@click.option("--dry-run", is_flag=True, help="say what would change; change nothing")
+@click.option("--dry-run", is_flag=True,
+              help="--channel: say what would change; change nothing")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
-def agent_install(host: str, url: str, device_id: str | None, timer: str, interval_s: int,
-                  runtime: str | None, identity: Path | None, dry_run: bool,
-                  as_json: bool) -> None:
-    """Install the agent, its runtime, shims, trusted signers and a timer on HOST (a
-    registered name, user@host[:port] or local:DIR)."""
+def agent_install(host: str, url: str | None, mender: bool, device_id: str | None,
+                  timer: str, interval_s: int, runtime: str | None, modules_dir: str | None,
+                  identity: Path | None, dry_run: bool, as_json: bool) -> None:
+    """Install on HOST (a registered name, user@host[:port] or local:DIR) what pulls
+    releases: the channel agent, its runtime, shims, trusted signers and a timer (--channel),
+    or edgekit's Mender update module with the shims, runtime and signers (--mender)."""
+    from edgekit.errors import ConfigError
+    if (url is None) == (not mender):
+        raise ConfigError("give exactly one of --channel URL or --mender", key="channel")
+    if mender:
+        _install_mender(host, modules_dir, identity, as_json)
+        return
     from edgekit.api.channel import install_agent
     result = install_agent(host, url, device_id, identity, timer, interval_s, runtime,
                            dry_run)
@@ -53,6 +70,18 @@ def agent_install(host: str, url: str, device_id: str | None, timer: str, interv
                      f"{', runtime provisioned' if result.provisioned else ''})")
     for path in result.uploaded:
         render.out.print(f"  {escape(path)}")
+
+
+def _install_mender(host: str, modules_dir: str | None, identity: Path | None,
+                    as_json: bool) -> None:
+    from edgekit.api.mender import MODULES_DIR, install_mender_module
+    result = install_mender_module(host, modules_dir or MODULES_DIR, identity)
+    if as_json:
+        render.emit_json({"host": host, "module": result.module, "shims": result.shims,
+                          "runtime": result.runtime, "uploaded": list(result.uploaded)})
+        return
+    render.out.print(f"installed the edgekit update module at {escape(result.module)} on "
+                     f"{escape(host)} ({len(result.uploaded)} file(s) sent)", highlight=False)
 
 
 @agent.command("poll")

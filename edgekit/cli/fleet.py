@@ -54,6 +54,8 @@ def _renderers() -> dict[type, Callable]:
         ev.BuildStarted: lambda e: f"building for {escape(e.target)}…",
         ev.RolloutStarted: lambda e: f"start rollout {e.rollout}",
         ev.RolloutResumed: lambda e: f"resume rollout {e.rollout}",
+        ev.AlreadyFinished: lambda e: f"rollout {e.rollout} had finished ({e.status}): "
+                                      "nothing to resume; its result:",
         ev.WaveStarted: lambda e: f"[bold]wave {e.wave}[/]: {len(e.devices)} device(s)",
         ev.DeviceDone: _device_done,
         ev.Halted: lambda e: f"[red]halted[/]: {escape(e.reason)}",

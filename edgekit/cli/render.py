@@ -166,25 +166,11 @@ def build_summary(result: BuildResult) -> None:
 
 
 def npu_summary(note) -> None:
-    """The split, the reference-model check and the NPU compiler's estimate (never a
-    measurement: labelled so)."""
-    if note.kind == "rknpu":
-        _rknn_summary(note)
-        return
-    from edgekit.pipeline.npu import split
-    out.print(f"  npu ({note.accelerator}): {split.split_line(note.ops, note.npu_mac_share)}")
-    if split.cpu_summary(note.ops):
-        out.print(f"    CPU fallback: {escape(split.cpu_summary(note.ops))}")
-    if note.worst_lsb is not None:
-        out.print(f"  validated on the {note.validated_on} (not on an NPU): worst "
-                  f"{note.worst_lsb} LSB vs the quantized PyTorch model (≤ 1 passes)")
-    for check in note.checks:
-        out.print(f"    {check}")
-    if note.estimate:
-        out.print(f"  [cyan]{split.estimate_line(note.estimate)}[/]")
-    if note.artifact:
-        out.print(f"  npu artifact: {note.artifact}" +
-                  (f", report {note.report}" if note.report else ""))
+    """The NPU part, as its family tells it (pipeline/npu): where ops run, what validated its
+    numbers, the compiler's estimate (never a measurement: labelled so)."""
+    from edgekit.pipeline.npu.registry import summary
+    for line in summary(note):
+        out.print(f"[{line.style}]{escape(line.text)}[/]" if line.style else escape(line.text))
 
 
 def requested_lowering(m) -> str:
@@ -219,31 +205,6 @@ def quantization_summary(q) -> None:
         cos = ("cosine n/a (all zero)" if o.min_cosine is None else
                f"cosine min {o.min_cosine:.6f} / mean {o.mean_cosine:.6f}")
         out.print(f"    {o.name}: {cos}, max abs error {o.max_abs_error:.3g}{top1}")
-
-
-def _rknn_summary(n) -> None:
-    """The NPU part: what runs where, the compiler's estimate (never a measurement) and what
-    validated its numbers (a simulator or reference model, never the NPU)."""
-    on_npu = sum(op.placement == "npu" for op in n.ops)
-    share = f", {n.npu_mac_share:.0%} of MACs" if n.npu_mac_share is not None else ""
-    compiler = ", ".join(f"{k} {v}" for k, v in n.compiler.items())
-    out.print(f"  npu: {n.accelerator} {n.artifact} ({compiler}); {on_npu} of {len(n.ops)} "
-              f"ops on the NPU{share}")
-    for op in n.ops:
-        if op.placement != "npu":
-            out.print(f"    {op.placement}: {op.op} — {op.reason}")
-    e = n.estimate
-    if e is not None:
-        figures = [f"{e.cycles:,} cycles" if e.cycles else "",
-                   f"{e.inferences_per_s:,.0f} inferences/s" if e.inferences_per_s else "",
-                   f"SRAM {e.sram_kib:,.1f} KiB" if e.sram_kib else "",
-                   f"DRAM {e.dram_kib:,.1f} KiB" if e.dram_kib else ""]
-        out.print(f"  npu estimate ({e.source}, not measured): "
-                  f"{', '.join(f for f in figures if f) or 'none'}")
-    for check in n.checks:
-        out.print(f"  npu validated on {n.validated_on}: {check}")
-    out.print("  cpu fallback: module.vmfb (IREE, the profile's CPU): "
-              "`edgekit deploy --cpu-fallback` on a board without a working NPU")
 
 
 def mode_cell(mode: str) -> str:

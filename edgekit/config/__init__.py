@@ -4,7 +4,7 @@ module, like `torch._inductor.config` — the settings of the `torch.compile` ba
 Set them in Python before compiling::
 
     import edgekit.config
-    edgekit.config.profiles = "rpi4"
+    edgekit.config.target = "rpi4"               # compile the graphs for that profile
     edgekit.config.device = "lab-aarch64-1"      # run compiled graphs on that device
 
 Their defaults come from environment variables read when edgekit is imported:

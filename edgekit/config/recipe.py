@@ -77,7 +77,7 @@ class DynamicDim(Frozen):
 
 class Tolerance(Frozen):
     """How close a module's output must be to the golden one. A value left out (None) is the
-    default for the output's dtype (validate/tolerance.py; README "Validation")."""
+    default for the output's dtype (validate/tolerance.py; docs/reference/validation.md)."""
 
     atol: float | None = pydantic.Field(
         default=None, ge=0, description="absolute error allowed; default by dtype (float32 "
@@ -91,7 +91,7 @@ class Tolerance(Frozen):
                                                "default 0.999")
     top1: Literal["auto", "always", "never"] | None = pydantic.Field(
         default=None, description="compare arg-max per row; 'auto' (the default): only for "
-                                  "classifier-shaped outputs (README: Validation)")
+                                  "classifier-shaped outputs (docs: Validation rules)")
 
 
 class Validation(Tolerance):

@@ -1,12 +1,9 @@
 """Benchmark history ($EDGEKIT_HOME/bench/<id>.json) and comparisons that know the noise.
 
-A change is called a regression (or improvement) only when the p50 moved by more than what the
-two runs' measured spread can resolve. The spread that matters is between benchmark processes
-(on a shared or thermally managed machine it is several times the spread of calls within one
-process), so it is measured from the per-round medians. Latency noise scales with the latency
-(a build five times slower wobbles five times as many milliseconds), so the test is on the
-ratio of the p50s: noise = 3.5 standard errors of the log-ratio (each run's spread relative to
-its own p50, Welch), and at least 3%.
+A change is called a regression (or improvement) by edgekit's one rule (edgekit/speed.py): the
+two runs are unpaired, so their p50s compare with a band from each run's spread between its
+benchmark processes (the per-round medians; the calls of a single round otherwise), and at
+least 3%.
 """
 
 from __future__ import annotations
@@ -15,12 +12,12 @@ import json
 import math
 from pathlib import Path
 
+from edgekit import speed
 from edgekit.config.paths import edgekit_home
 from edgekit.errors import ConfigError, DeviceAnswerRefused, printable
 from edgekit.models.bench import BenchResult, Comparison
 
 MIN_NOISE_PCT = 3.0
-SE_MULTIPLIER = 3.5
 
 
 def history_dir() -> Path:
@@ -120,31 +117,27 @@ def previous_release_result(new: BenchResult, history: list[BenchResult]) -> Ben
     return older[-1] if older else None
 
 
-def _relative_round_variance(latency) -> tuple[float, int]:
-    """Squared coefficient of variation of the per-round medians and their count (of the calls
-    if one round): the variance of a run's log-latency, by the delta method."""
-    rounds = latency.round_p50_ms
-    if len(rounds) >= 2:
-        mean = sum(rounds) / len(rounds)
-        variance = sum((r - mean) ** 2 for r in rounds) / (len(rounds) - 1)
-        return (variance / mean ** 2 if mean else 0.0), len(rounds)
-    p50 = latency.p50_ms
-    return ((latency.stddev_ms / p50) ** 2 if p50 else 0.0), max(len(latency.samples_ms), 1)
+def _rounds(latency) -> tuple[float, ...]:
+    """What a run's spread is measured from: its per-round medians, or with one round its
+    calls (the spread within one process)."""
+    return latency.round_p50_ms if len(latency.round_p50_ms) >= 2 else \
+        (latency.samples_ms or (latency.p50_ms,))
 
 
 def compare(base: BenchResult, new: BenchResult) -> Comparison:
     a, b = base.latency, new.latency
-    (va, na), (vb, nb) = _relative_round_variance(a), _relative_round_variance(b)
-    band = max(math.log1p(MIN_NOISE_PCT / 100), SE_MULTIPLIER * math.sqrt(va / na + vb / nb))
-    noise = 100 * math.expm1(band)
-    ratio = b.p50_ms / a.p50_ms if a.p50_ms > 0 and b.p50_ms > 0 else 1.0
-    delta = 100 * (b.p50_ms - a.p50_ms) / a.p50_ms if a.p50_ms else 0.0
+    found = speed.verdict(speed.PairedRounds(base=_rounds(a), new=_rounds(b), paired=False,
+                                             medians=(a.p50_ms, b.p50_ms)),
+                          bar=MIN_NOISE_PCT / 100)
+    delta = 100 * (b.p50_ms - a.p50_ms) / a.p50_ms
     return Comparison(device=new.device, app=new.app,
-                      base_device=base.device if base.device != new.device else "", config=dict(new.config), base=base.id,
+                      base_device=base.device if base.device != new.device else "",
+                      config=dict(new.config), base=base.id,
                       new=new.id, base_release=base.release, new_release=new.release,
                       base_p50_ms=a.p50_ms, new_p50_ms=b.p50_ms, delta_pct=round(delta, 2),
-                      noise_pct=round(noise, 2), regression=math.log(ratio) > band,
-                      improvement=math.log(ratio) < -band)
+                      noise_pct=round(100 * found.band, 2),
+                      regression=found.call == speed.SLOWER,
+                      improvement=found.call == speed.FASTER)
 
 
 def differences(base: BenchResult, new: BenchResult) -> list[str]:

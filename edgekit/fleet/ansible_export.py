@@ -14,7 +14,7 @@ hooks, prune; any failure puts the previous release back on that device (block/r
 gate and the rollback of other devices on a halt stay with `edgekit fleet update`. Host keys:
 the playbook trusts only edgekit's pinned keys.
 
-Cost (measured on x86_64 lab devices, README "Fleets"): Ansible's `copy` of a directory costs
+Cost (measured on x86_64 lab devices, docs/how-to/fleets.md): Ansible's `copy` of a directory costs
 six SSH sessions and two Python module runs *per file*, and each task at least one session;
 the first export copied ~20 files in four directory copies and ran 15 tasks: a wave of 8
 devices took 122 s (98 s of it copying) against 8.6 s for `fleet update`. Here a device gets at

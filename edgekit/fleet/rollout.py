@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import speed
 from edgekit.config.fleet import Fleet, FleetDevice, RolloutPolicy, load_fleet
 from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
@@ -48,7 +49,7 @@ from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
 from edgekit.models.bundle import MODULE, VARIANTS, Bundle, load_bundle
-from edgekit.models.events import (BuildStarted, DeviceDone, DevicePreflight,
+from edgekit.models.events import (AlreadyFinished, BuildStarted, DeviceDone, DevicePreflight,
                                    DeviceRolledBack, DeviceStarted,
                                    DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
                                    RolloutResumed, RolloutStarted, WaveDone, WaveStarted)
@@ -130,7 +131,20 @@ def merged_hooks(recipe: Recipe, fleet: Fleet) -> Hooks:
 
 
 def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> FleetResult:
-    directory = jr.find_rollout(rollout_id, unfinished=True)
+    """Continue rollout `rollout_id` (default: the newest unfinished one) where its journal
+    stopped. A rollout that had finished (the newest, when none is unfinished) is not run
+    again: its result is returned as the journal has it, after an AlreadyFinished event."""
+    try:
+        directory = jr.find_rollout(rollout_id, unfinished=True)
+    except ConfigError:
+        if rollout_id is not None:
+            raise
+        directory = jr.find_rollout(None, unfinished=False)    # "no rollouts yet" if none
+    finished = jr.replay(jr.read_events(directory)).finished
+    if finished is not None:
+        if on_event is not None:
+            on_event(AlreadyFinished(rollout=directory.name, status=finished.status))
+        return rollout_result(directory.name)
     plan = jr.load_plan(directory)
     with jr.exclusive(directory), jr.Journal(directory, on_event) as journal:
         journal.write(RolloutResumed(rollout=plan.id))
@@ -316,7 +330,7 @@ def _release_of(plan: RolloutPlan, target: str) -> _Release:
 def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict) -> Gate:
     """Bench `baseline` (the release being replaced) and the new release on the device in
     interleaved rounds, so load and clock drift hit both alike, and compare them round by
-    round (see `paired_p90_verdict`). Each round lasts at least `gate_round_s`; calls under
+    round (see `p90_gate_figures`). Each round lasts at least `gate_round_s`; calls under
     a millisecond are timed in batches (the sample is the batch's mean call) — timed one by
     one, a 30 µs call's p90 measures the scheduler, not the model. A release whose module
     and runtime configuration are those of the release it replaces (a rebuild that changed
@@ -349,7 +363,7 @@ def latency_gate(policy: RolloutPolicy, app: str, baseline: str, measured: dict)
                                               driver=runs_as[r][1], warmup=2,
                                               conditions=False, calls_per_sample=batch))
                 rounds[r].append(run.samples_ms)
-        verdict = paired_p90_verdict(rounds[baseline], rounds[release], policy.max_p90_ratio)
+        verdict = p90_gate_figures(rounds[baseline], rounds[release], policy.max_p90_ratio)
         measured.update(verdict, calls_per_sample=batch, samples_per_round=per_round)
         if verdict["regressed"]:
             raise HealthGateFailed(
@@ -371,21 +385,22 @@ def _same_module(a, b) -> bool:
     return modules(a) == modules(b) and MODULE in a.files
 
 
-def paired_p90_verdict(before: list[list[float]], after: list[list[float]],
+def p90_gate_figures(before: list[list[float]], after: list[list[float]],
                        max_ratio: float) -> dict:
-    """Round i of `after` against round i of `before` (benched back to back): the release
-    regressed when the median per-round p90 ratio exceeds `max_ratio` AND the rounds agree
-    (all, or all but one from 4 rounds up). Pooled p90s of short rounds flagged identical
-    models ×1.5–2 on a loaded machine; paired, longer rounds do not."""
+    """Round i of `after` against round i of `before` (benched back to back), by their p90s
+    and edgekit's one rule (edgekit/speed.py, bar `max_ratio`): the release regressed when
+    it is slower beyond `max_ratio` and the pairing's noise, in two rounds of three or more.
+    Pooled p90s of short rounds flagged identical models ×1.5–2 on a loaded machine; paired,
+    longer rounds do not."""
+    found = speed.verdict(speed.PairedRounds(
+        base=tuple(float(np.percentile(b, 90)) for b in before),
+        new=tuple(float(np.percentile(a, 90)) for a in after)), bar=max_ratio - 1)
     ratios = [float(np.percentile(a, 90) / np.percentile(b, 90)) for b, a in zip(before, after)]
-    needed = len(ratios) - 1 if len(ratios) >= 4 else len(ratios)
-    over = sum(r > max_ratio for r in ratios)
-    median = float(np.median(ratios))
     return {"p90_before_ms": round(float(np.percentile(sum(before, []), 90)), 4),
             "p90_after_ms": round(float(np.percentile(sum(after, []), 90)), 4),
-            "ratio": round(median, 3), "rounds_over": over,
+            "ratio": round(found.ratio, 3), "rounds_over": found.beyond_bar,
             "ratio_range": (round(min(ratios), 3), round(max(ratios), 3)),
-            "regressed": median > max_ratio and over >= needed}
+            "noise": round(found.noise, 3), "regressed": found.call == speed.SLOWER}
 
 
 def _roll_back(plan: RolloutPlan, journal: jr.Journal) -> None:

@@ -1,9 +1,11 @@
-"""`edgekit build`: recipe + target profile → bundle, through a checked stage plan and the cache.
+"""`edgekit build`: recipe + target profile → bundle, through ONE checked plan per target.
 
-Plan: FRONT (load → export → quantize, by the recipe's frontend), then the cache is consulted
-with the model's digest; BACK (rewrite → import → lower+compile → check quantization →
-package) runs on a miss and holds nearly all the time. BACK reads no recipe: torch.compile
-graphs (compile/backend.py) go through it and through the same key.
+The plan (`plan_for`): FRONT (load → export → quantize → check golden, by the recipe's
+frontend), "build key" (the steering, a tuned variant, the key), "cache" (a hit ends the plan
+there), BACK (rewrite → import → lower+compile → check quantization → compile variants →
+package: nearly all the time) and "store". An NPU family (pipeline/npu/registry.py) edits it
+by stage name: its own quantizer, its compiler's stages, packaging without a module. BACK reads
+no recipe: torch.compile graphs (compile/backend.py) go through it and through the same key.
 """
 
 from __future__ import annotations
@@ -13,18 +15,18 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.config.recipe import Recipe
 from edgekit.config.profiles import Target, load_target
 from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.errors import BundleError
-from edgekit.models.bundle import MANIFEST, Bundle, QuantizationNote, load_bundle, sha256_file
+from edgekit.models.bundle import MANIFEST, Bundle, load_bundle, sha256_file
 # the options and results live in a torch-free module (a source-keyed hit imports no toolchain);
 # re-exported here, where callers have always found them
 from edgekit.pipeline.build_types import (BuildOptions, BuildResult, Steer, Steering,  # noqa: F401
                                           Variant, default_out)
+from edgekit.pipeline.build_run import BackContext, BuildRun, Stored
 from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.hit import _publish, _write_tar, cache_slot
 from edgekit.pipeline.export import ExportedModel
@@ -32,41 +34,25 @@ from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.load import LoadedModel
 from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quantized,
                                     compile_variants, import_module, lower_and_compile)
+from edgekit.pipeline.npu.registry import family_for
 from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline import source_key
-from edgekit.pipeline.stages import Stage, check_plan, run_plan
+from edgekit.pipeline.stages import Stage, check_plan, edit_plan, run_plan
 from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.runner import keep_temps
 from edgekit.toolchain.versions import edgekit_code_digest, toolchain_versions
 from edgekit.validate.golden import check_golden
 from edgekit.validate.tolerance import with_build_defaults
 
-
-@dataclass(frozen=True)
-class BackContext:
-    """What the BACK stages read besides the model: from a recipe (`edgekit build`) or from a
-    torch.compile graph's settings (compile/backend.py)."""
-
-    target: Target
-    lowering: str                   # "auto" or one lowering
-    flags: tuple[str, ...]          # after the profile's (edgekit's own `--edgekit-…` too)
-    identity: Callable[[QuantizationNote | None], BundleIdentity]  # names the bundle
-    workdir: Path
-    bundle_dir: Path
-    reproducer_dir: Path
-    first_lowering: tuple[str, str] | None = None
-    # an NPU target's own stage (pipeline/npu): the compiled CPU module → the same with its
-    # NPU part (rknn: the .rknn, simulated); None: no NPU
-    npu: Callable[[CompiledModule, Path], CompiledModule] | None = None
-
-
 # The context of the FRONT stages is the recipe; its frontend comes from the recipe's `model:`
 # and travels on in the values (LoadedModel.frontend, ExportedModel.frontend).
+LOAD: Stage[Recipe] = Stage("load", Recipe, LoadedModel,
+                            lambda recipe, _: frontend_for(recipe.model).load(recipe))
+EXPORT: Stage[Recipe] = Stage("export", LoadedModel, ExportedModel,
+                              lambda recipe, loaded: loaded.frontend.export(recipe, loaded))
 FRONT: tuple[Stage[Recipe], ...] = (
-    Stage("load", Recipe, LoadedModel,
-          lambda recipe, _: frontend_for(recipe.model).load(recipe)),
-    Stage("export", LoadedModel, ExportedModel,
-          lambda recipe, loaded: loaded.frontend.export(recipe, loaded)),
+    LOAD,
+    EXPORT,
     Stage("quantize", ExportedModel, ExportedModel,
           lambda recipe, exported: exported.frontend.quantize(recipe, exported)),
     Stage("check golden", ExportedModel, ExportedModel,
@@ -85,14 +71,56 @@ BACK: tuple[Stage[BackContext], ...] = (
           lambda ctx, compiled: check_quantized(compiled, ctx.target)),
     Stage("compile variants", CompiledModule, CompiledModule,
           lambda ctx, compiled: compile_variants(compiled, ctx.target, ctx.workdir)),
-    Stage("npu", CompiledModule, CompiledModule,
-          lambda ctx, compiled: ctx.npu(compiled, ctx.workdir) if ctx.npu else compiled),
     Stage("package", CompiledModule, Bundle,
           lambda ctx, compiled: package_bundle(
               compiled, ctx.identity(compiled.quantization), ctx.target, ctx.bundle_dir)),
 )
 check_plan(FRONT, Recipe, ExportedModel)
 check_plan(BACK, ExportedModel, Bundle)
+
+
+def _front(run: BuildRun) -> Recipe:
+    return run.recipe
+
+
+def _export(run: BuildRun, loaded: LoadedModel) -> ExportedModel:
+    run.float_model = EXPORT.run(run.recipe, loaded)
+    return run.float_model
+
+
+def _lookup(run: BuildRun, exported: ExportedModel) -> ExportedModel | Stored:
+    cache = BuildCache()
+    entry = cache.lookup(cache_slot(cache, run.key)) if run.options.use_cache else None
+    return exported if entry is None else Stored(entry, cached=True)
+
+
+def _store(run: BuildRun, bundle: Bundle) -> Stored:
+    cache = BuildCache()
+    return Stored(cache.store(cache_slot(cache, run.key), bundle.path,
+                              replace=not run.options.use_cache), cached=False)
+
+
+# The CPU path's whole plan, recipe → cache entry, in one context (BuildRun): FRONT, the key,
+# the cache (a hit finishes the plan), BACK, the store. A target's NPU family edits it.
+PLAN: tuple[Stage[BuildRun], ...] = (
+    LOAD.within(_front),
+    Stage("export", LoadedModel, ExportedModel, _export),
+    *(stage.within(_front) for stage in FRONT if stage not in (LOAD, EXPORT)),
+    Stage("build key", ExportedModel, ExportedModel, lambda run, m: _key(run, m)),
+    Stage("cache", ExportedModel, ExportedModel, _lookup, finishes=Stored),
+    *(stage.within(BuildRun.back_context) for stage in BACK),
+    Stage("store", Bundle, Stored, _store),
+)
+check_plan(PLAN, Recipe, Stored)
+
+
+def plan_for(target: Target) -> tuple[Stage[BuildRun], ...]:
+    """The checked plan of a build for `target`: the CPU path's, edited by the target's NPU
+    family (none: as it is)."""
+    family = family_for(target)
+    plan = edit_plan(PLAN, family.plan_edits(target)) if family is not None else PLAN
+    check_plan(plan, Recipe, Stored)
+    return plan
 
 
 def refuse_uninformative(recipe: Recipe, exported: ExportedModel) -> ExportedModel:
@@ -113,71 +141,57 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     base = source_key.loaded_recipe(options)
     recipe = with_quantize_mode(base, options.quantize)
     target = load_target(options.target)
-    npu_versions = _npu_versions(target)   # before anything runs: a missing plugin is exit 5
+    family = family_for(target)
+    npu_versions = family.versions() if family else {}   # before anything runs: exit 5
+    plan = plan_for(target)
     skey = source_key.source_key(options, base, target)
     out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
+    run = BuildRun(options, recipe, target, workdir, out, npu_versions, source_key.Recording())
     try:
-        with source_key.recording_reads() as read:
-            first_export = run_plan(FRONT[:2], recipe, recipe, timings, on_stage)
-            npu_graph = None
-            if target.npu is not None and target.npu.kind == "ethos-u":
-                # the NPU's quantizer replaces the recipe's (rknpu: a BACK stage, rknn.py)
-                from edgekit.pipeline.npu import steps as npu_steps
-                exported, npu_graph = npu_steps.front(recipe, first_export, target, workdir,
-                                                      timings, on_stage)
-                exported = run_plan(FRONT[3:], recipe, exported, timings, on_stage)
-            else:
-                exported = run_plan(FRONT[2:], recipe, first_export, timings, on_stage)
-            steering = options.steer(exported.digest, target) if options.steer else \
-                Steering(read_from=())
-        # the build's own scratch files (an NPU venv's outputs) are no source of the model
-        read.difference_update({f for f in read if Path(f).is_relative_to(workdir.resolve())})
-        front_recipe, variant, tuning = recipe, options.variant, None
-        if variant is None and options.use_tuned and recipe.lowering == "auto" and \
-                steering.tuning is not None:
-            tuning = steering.tuning
-            variant = Variant(tuning.lowering, tuning.flag_set, tuning.flags)
-        if variant is not None:
-            recipe = variant.applied_to(recipe)
-        restore_dispatch_configs(recipe.compile.flags, out)
-        first = steering.first_lowering if recipe.lowering == "auto" else None
-        origin = recipe_origin(recipe)
-        if npu_versions:
-            origin["npu"] = npu_versions
-        key = build_key(origin, target, exported, first,
-                        npu=npu_steps.key_part(target) if npu_graph is not None else None)
-        ctx = BackContext(target, recipe.lowering, recipe.compile.flags,
-                          functools.partial(BundleIdentity.of, recipe, build_key=key), workdir,
-                          workdir / "bundle", reproducer_dir=out.parent / f"{out.name}.repro",
-                          first_lowering=first, npu=_npu_stage(target, recipe, first_export))
-        cache = BuildCache()
-        slot = cache_slot(cache, key)
-        entry = cache.lookup(slot) if options.use_cache else None
-        cached = entry is not None
-        if entry is None and npu_graph is not None:
-            bundle = npu_steps.back(
-                exported, npu_graph, target, workdir,
-                lambda: run_plan(BACK, ctx, exported, timings, on_stage),
-                lambda made: _npu_only(ctx, exported, made), timings, on_stage)
-            entry = cache.store(slot, bundle.path, replace=not options.use_cache)
-        elif entry is None:
-            bundle = run_plan(BACK, ctx, exported, timings, on_stage)
-            entry = cache.store(slot, bundle.path, replace=not options.use_cache)
-        if skey is not None and steering.read_from is not None:
-            _remember_sources(skey, key, tuning, front_recipe, first_export.digest, read,
-                              steering.read_from, timings)
+        stored = run_plan(plan, run, recipe, timings, on_stage)
+        if skey is not None and run.steering.read_from is not None:
+            _remember_sources(skey, run.key, run.tuning, recipe, run.float_model.digest,
+                              run.sources_read, run.steering.read_from, timings)
         if options.private:
             out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
-        _publish(entry, out, tuning, cached, key)
+        _publish(stored.entry, out, run.tuning, stored.cached, run.key)
     finally:
+        run.recording.stop()
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
     bundle = load_bundle(out)
     tar = _write_tar(out) if options.tar else None
-    return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
-                       stage_seconds=timings, tar=tar)
+    return BuildResult(bundle=bundle, cached=stored.cached,
+                       seconds=time.perf_counter() - started, stage_seconds=timings, tar=tar)
+
+
+def _key(run: BuildRun, exported: ExportedModel) -> ExportedModel:
+    """Stage "build key": what steers the build (the files it was read from end the sources
+    the record keeps), the tuned variant, the key, and the BACK stages' context."""
+    options, recipe, out = run.options, run.recipe, run.out
+    run.steering = steering = options.steer(exported.digest, run.target) if options.steer \
+        else Steering(read_from=())
+    # the build's own scratch files (an NPU venv's outputs) are no source of the model
+    run.sources_read = {f for f in run.recording.stop()
+                        if not Path(f).is_relative_to(run.workdir.resolve())}
+    variant = options.variant
+    if variant is None and options.use_tuned and recipe.lowering == "auto" and \
+            steering.tuning is not None:
+        run.tuning = steering.tuning
+        variant = Variant(run.tuning.lowering, run.tuning.flag_set, run.tuning.flags)
+    if variant is not None:
+        recipe = variant.applied_to(recipe)
+    restore_dispatch_configs(recipe.compile.flags, out)
+    first = steering.first_lowering if recipe.lowering == "auto" else None
+    run.key = build_key(recipe_origin(recipe), run.target, exported, first,
+                        npu={"toolchains": run.npu_versions} if run.npu_versions else None)
+    run.back = BackContext(run.target, recipe.lowering, recipe.compile.flags,
+                           functools.partial(BundleIdentity.of, recipe, build_key=run.key),
+                           run.workdir, run.workdir / "bundle",
+                           reproducer_dir=out.parent / f"{out.name}.repro", first_lowering=first)
+    return exported
 
 
 def restore_dispatch_configs(flags: tuple[str, ...], out: Path) -> None:
@@ -198,29 +212,6 @@ def restore_dispatch_configs(flags: tuple[str, ...], out: Path) -> None:
         dispatch_sets.restore(str(digest), bundle.dispatch_config_set(), str(out))
 
 
-# --- NPU targets: each NPU family's stage (pipeline/npu) ------------------------------------
-
-def _npu_versions(target: Target) -> dict[str, str]:
-    """The NPU toolchain's versions (part of the build key); raises ToolchainMissing."""
-    from edgekit.pipeline.npu import rknn
-    return rknn.toolchain_versions() if rknn.wants_rknn(target) else {}
-
-
-def _npu_stage(target: Target, recipe: Recipe, float_model: ExportedModel):
-    """The BACK stage that adds the NPU part, from the float model (before quantization)."""
-    from edgekit.pipeline.npu import rknn
-    if not rknn.wants_rknn(target):
-        return None
-    return lambda compiled, workdir: rknn.with_npu(compiled, rknn.build_rknn(
-        rknn.job_for(recipe, float_model), compiled.exported, target, workdir))
-
-
-def _npu_only(ctx: BackContext, exported: ExportedModel, made) -> Bundle:
-    from edgekit.pipeline.npu.bundle import npu_only
-    return npu_only(exported, ctx.identity(exported.quantization), ctx.target, ctx.bundle_dir,
-                    made)
-
-
 def _remember_sources(skey: str, key: str, tuning, recipe: Recipe, digest: str, read: set[str],
                       steering_files: tuple[Path, ...], timings: dict[str, float]) -> None:
     """Keep the source key's record (source_key.py), once the sources proved deterministic: a
@@ -231,7 +222,7 @@ def _remember_sources(skey: str, key: str, tuning, recipe: Recipe, digest: str, 
         return
     started = time.perf_counter()
     with source_key.recording_reads() as again:
-        second = run_plan(FRONT[:2], recipe, recipe, {}, None)
+        second = run_plan((LOAD, EXPORT), recipe, recipe, {}, None)
     timings["determinism check"] = round(time.perf_counter() - started, 3)
     if second.digest != digest:
         return           # not deterministic: the full key decides, every time

@@ -145,7 +145,8 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         quantization=compiled.quantization,
         hooks=identity.hooks,
         build_key=identity.build_key,
-        toolchain=toolchain_versions(),
+        # an NPU part's compilers beside edgekit's toolchain (its note lists them too)
+        toolchain={**toolchain_versions(), **(compiled.npu.note.compiler if compiled.npu else {})},
         golden_reference=exported.reference,
         more_golden=tuple(more),
         variants=tuple(variants),

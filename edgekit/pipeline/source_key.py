@@ -48,6 +48,7 @@ from edgekit.models.bundle import TuningNote, load_bundle
 from edgekit.pipeline.build_types import BuildOptions, BuildResult, Steer, default_out
 from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.hit import _publish, _write_tar, cache_slot
+from edgekit.pipeline.npu.registry import family_for
 from edgekit.toolchain.versions import edgekit_code_digest, toolchain_versions
 
 SCHEMA = 1
@@ -194,7 +195,8 @@ def source_key(options: BuildOptions, recipe: Recipe, target: Target) -> str | N
     if sources is None:
         return None
     variant = options.variant
-    npu = {"npu": _npu_toolchain(target)} if target.npu is not None else {}
+    family = family_for(target)
+    npu = {"npu": family.installed_versions()} if family is not None else {}
     return cache_key({**npu,
         "schema": SCHEMA,
         "recipe": recipe.model_dump(mode="json"),
@@ -206,29 +208,10 @@ def source_key(options: BuildOptions, recipe: Recipe, target: Target) -> str | N
         "steer": steer,
         "target": target.fingerprint(),
         "toolchain": toolchain_versions(),
-        **_npu_toolchains(target),
         "python": sys.version,
         "edgekit": edgekit_code_digest(),
         "sources": sources,
     })
-
-
-def _npu_toolchain(target: Target) -> dict[str, str] | None:
-    """The installed versions of the NPU plugin a target needs (None: not installed, so no
-    record matches and the build itself says what to install)."""
-    from edgekit.toolchain import venvs
-    name = {"rknpu": "rknn"}.get(target.npu.kind)
-    if name is None or not venvs.toolchain(name).installed():
-        return None
-    return venvs.versions(name)
-
-
-def _npu_toolchains(target: Target) -> dict:
-    """An NPU target's venvs' versions (torch-free: their markers), NPU targets only."""
-    if target.npu is None:
-        return {}
-    from edgekit.toolchain.tosa import npu_versions
-    return {"npu_toolchains": npu_versions(target.npu.kind)}
 
 
 # --- what the build read -----------------------------------------------------------------------
@@ -251,30 +234,46 @@ def _audit(event: str, args: tuple) -> None:
     (written if writes else read).add(path)
 
 
-@contextlib.contextmanager
-def recording_reads() -> Iterator[set[str]]:
-    """Collect the project files opened for reading inside the block (audit hook on `open`,
-    PEP 578): files written there (temporaries, outputs) and installed code are left out, and
-    a compiled `__pycache__/*.pyc` stands for its source."""
-    global _hook_installed
-    with _HOOKED:
-        if not _hook_installed:      # audit hooks cannot be removed: one, idle when unused
-            sys.addaudithook(_audit)
-            _hook_installed = True
-    read: set[str] = set()
-    written: set[str] = set()
-    files: set[str] = set()
-    _RECORDERS.append((read, written))
-    try:
-        yield files
-    finally:
-        _RECORDERS.remove((read, written))
+class Recording:
+    """Collects the project files opened for reading from its start to `stop()` (audit hook
+    on `open`, PEP 578): files written meanwhile (temporaries, outputs) and installed code are
+    left out, and a compiled `__pycache__/*.pyc` stands for its source."""
+
+    def __init__(self) -> None:
+        global _hook_installed
+        with _HOOKED:
+            if not _hook_installed:      # audit hooks cannot be removed: one, idle when unused
+                sys.addaudithook(_audit)
+                _hook_installed = True
+        self._seen: tuple[set[str], set[str]] | None = (set(), set())
+        self.files: set[str] = set()
+        _RECORDERS.append(self._seen)
+
+    def stop(self) -> set[str]:
+        """The files read (the same set on a second call)."""
+        if self._seen is None:
+            return self.files
+        # by identity: two recordings' sets may be equal (a nested one, both still empty)
+        del _RECORDERS[next(i for i, r in enumerate(_RECORDERS) if r is self._seen)]
+        read, written = self._seen
+        self._seen = None
         for path in read - written:
             if os.path.basename(os.path.dirname(path)) == "__pycache__" and path.endswith(".pyc"):
                 stem = os.path.basename(path).split(".")[0]
                 path = os.path.join(os.path.dirname(os.path.dirname(path)), stem + ".py")
             if os.path.isfile(path) and not _installed(path):
-                files.add(os.path.realpath(path))
+                self.files.add(os.path.realpath(path))
+        return self.files
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[set[str]]:
+    """The files read inside the block (a Recording), complete when the block ends."""
+    recording = Recording()
+    try:
+        yield recording.files
+    finally:
+        recording.stop()
 
 
 # --- records -----------------------------------------------------------------------------------

@@ -11,19 +11,12 @@ from pathlib import Path
 from edgekit.toolchain import venvs
 
 # what an Ethos-U build runs: ExecuTorch's Arm backend (quantize, partition, integer TOSA) and
-# tosa-tools + Vela (strict check, reference model, NPU compiler)
+# tosa-tools + Vela (strict check, reference model, NPU compiler): the family's venvs
 ETHOS_TOOLCHAINS = ("executorch", "tosa")
 STRICT_PRO_INT = ('--tosa-attach-target=profiles=pro_int specification_version=1.0',
                   '--tosa-validate=strict-op-spec-alignment=true')
 VELA_CONFIG = "Arm/vela.ini"      # shipped inside Vela (config_files/)
 SCRIPTS = Path(__file__).resolve().parent / "venv_scripts"   # run inside the venvs
-
-
-def npu_versions(kind: str) -> dict[str, dict[str, str]]:
-    """Versions of the venvs a build for an NPU of `kind` runs (ToolchainMissing, exit 5,
-    when one is not installed): for the manifest and the build cache key."""
-    names = ETHOS_TOOLCHAINS if kind == "ethos-u" else ()
-    return {name: venvs.versions(name) for name in names}
 
 
 def _bin(venv: str, tool: str) -> str:

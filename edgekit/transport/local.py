@@ -235,7 +235,7 @@ class LocalTransport:
                 return None
             raise file_op_failed(self.where, op, paths, exc) from None
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):   # README's words: space or inodes
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):   # the docs' words: space or inodes
                 full = out_of_space(space_left(self, paths[-1]), 1)
                 if full:
                     raise file_op_failed(self.where, op, paths,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import speed
 from edgekit.config.paths import edgekit_home
 from edgekit.config.profiles import Target, load_target
 from edgekit.config.recipe import load_recipe
@@ -225,16 +226,16 @@ def kept_refinement(chosen: CandidateResult, base: CandidateResult | None,
     kept = clearly_faster(best, base)
     if not kept and second_look is not None and near_miss(best, base):
         if say is not None:
-            _say_verdict(say, "a second look for", best, base)
+            _say_decision(say, "a second look for", best, base)
         remeasured = {r.variant: r for r in second_look([base.variant, best.variant])}
         base, best = (pooled(r, remeasured.get(r.variant)) for r in (base, best))
         kept = base.status == best.status == "ok" and clearly_faster(best, base)
     if say is not None:
-        _say_verdict(say, "kept" if kept else "not kept", best, base)
+        _say_decision(say, "kept" if kept else "not kept", best, base)
     return fastest if kept else chosen      # its row as the record lists it
 
 
-def _say_verdict(say: Progress, verdict: str, best: CandidateResult,
+def _say_decision(say: Progress, verdict: str, best: CandidateResult,
                  base: CandidateResult) -> None:
     if best.p50_ms is None or base.p50_ms is None:
         say(f"{verdict}: {best.variant}: {best.reason or base.reason}")
@@ -248,11 +249,10 @@ def _say_verdict(say: Progress, verdict: str, best: CandidateResult,
 def near_miss(a: CandidateResult, b: CandidateResult) -> bool:
     """`a` looks faster than `b` (by more than 1 %, in at least half the paired rounds) but not
     clearly (`clearly_faster`): worth more rounds before deciding."""
-    gain = paired_gain(a, b)
-    if gain is None or clearly_faster(a, b):
+    found = _against(a, b)
+    if found is None or not found.rounds or found.call == speed.FASTER:
         return False
-    wins = int((np.asarray(a.round_p50_ms) < np.asarray(b.round_p50_ms)).sum())
-    return gain[0] > 1.0 and 2 * wins >= len(a.round_p50_ms)
+    return -found.change_pct > 1.0 and 2 * found.faster_rounds >= found.rounds
 
 
 def pooled(first: CandidateResult, second: CandidateResult | None) -> CandidateResult:
@@ -268,38 +268,39 @@ def pooled(first: CandidateResult, second: CandidateResult | None) -> CandidateR
                                     "p50_ms": round(float(np.median(rounds)), 5)})
 
 
+def _against(a: CandidateResult, b: CandidateResult,
+             bar: float = speed.DEFAULT_BAR) -> speed.Verdict | None:
+    """`a` (B) against `b` (A) by edgekit's one rule (edgekit/speed.py): their rounds were
+    interleaved, so round r of both ran at nearly the same time and they pair; rounds that
+    cannot pair compare as two runs. None: one was not measured."""
+    if a.p50_ms is None or b.p50_ms is None or not a.round_p50_ms or not b.round_p50_ms:
+        return None
+    paired = len(a.round_p50_ms) == len(b.round_p50_ms)
+    try:
+        rounds = speed.PairedRounds(base=b.round_p50_ms, new=a.round_p50_ms, paired=paired,
+                                    medians=None if paired else (b.p50_ms, a.p50_ms))
+    except ValueError:        # a figure no timing gives (zero): nothing to decide on
+        return None
+    return speed.verdict(rounds, bar)
+
+
 def paired_gain(a: CandidateResult, b: CandidateResult) -> tuple[float, float] | None:
-    """How much faster `a` is than `b`, in % (the median over rounds of 1 - a/b), and the noise
-    of that figure: the standard error of the median ratio, from the median absolute
-    deviation of the per-round ratios (1.4826 × MAD / √rounds: robust to the one slow round a
-    shared machine gives, which the paired rounds already cancel). None when the rounds cannot
-    be paired."""
-    if a.p50_ms is None or b.p50_ms is None:
+    """How much faster `a` is than `b`, in % (the median over paired rounds of 1 - a/b), and
+    the noise of that figure (speed.verdict's). None when the rounds cannot be paired."""
+    found = _against(a, b)
+    if found is None or not found.rounds:
         return None
-    ra, rb = np.asarray(a.round_p50_ms), np.asarray(b.round_p50_ms)
-    if ra.size == 0 or ra.size != rb.size:
-        return None
-    ratios = ra / rb
-    median = float(np.median(ratios))
-    mad = float(np.median(np.abs(ratios - median)))
-    return round(100 * (1 - median), 2), round(100 * 1.4826 * mad / np.sqrt(ratios.size), 2)
+    return round(-found.change_pct, 2), round(100 * found.noise, 2)
 
 
-def clearly_faster(a: CandidateResult, b: CandidateResult, min_gain: float = 0.03) -> bool:
-    """`a` beats `b` round by round: by a median of more than 3% over the rounds, and in at
-    least two rounds of three. Rounds are interleaved, so round r of both ran at nearly the same
-    time: pairing them cancels the machine's slow spells, which on a shared VM make a whole
-    round 1.5-2x slower (a standard-error test on such heavy tails kept the untuned build
-    against a 22% faster variant); and by more than the pairing's noise (`paired_gain`)."""
-    if a is b or a.p50_ms is None or b.p50_ms is None:
+def clearly_faster(a: CandidateResult, b: CandidateResult,
+                   min_gain: float = speed.DEFAULT_BAR) -> bool:
+    """`a` beats `b` by edgekit's one rule (edgekit/speed.py): by more than 3% and more than
+    the noise of the pairing, in at least two rounds of three."""
+    if a is b:
         return False
-    ra, rb = np.asarray(a.round_p50_ms), np.asarray(b.round_p50_ms)
-    if ra.size == 0 or ra.size != rb.size:
-        return a.p50_ms < b.p50_ms * (1 - min_gain)
-    ratios = ra / rb
-    gain, noise = paired_gain(a, b)
-    # beyond 3% and beyond the noise of the pairing: a win inside the noise is not taken
-    return gain > 100 * min_gain and gain > noise and 3 * int((ratios < 1).sum()) >= 2 * ra.size
+    found = _against(a, b, min_gain)
+    return found is not None and found.call == speed.FASTER
 
 
 def split_identical(built: list[tuple[Variant, Bundle]]

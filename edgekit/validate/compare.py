@@ -1,6 +1,6 @@
 """Compare actual outputs with golden ones under per-output limits. Pure numpy.
 
-The rules (README "Validation"):
+The rules (docs/reference/validation.md):
 - shape, then dtype, must be the golden output's;
 - integer and bool outputs are equal element for element (unless a tolerance is set for them);
 - NaN and ±Inf must sit at the same places with the same values as in the reference; errors and

@@ -14,6 +14,7 @@ from edgekit import BuildOptions, build, validate_local
 from edgekit.config.profiles import load_target
 from edgekit.errors import CannotRunHere, LoweringError, ToolchainMissing
 from edgekit.pipeline.npu import ethos
+from edgekit.pipeline.npu.registry import family_named
 from edgekit.toolchain import tosa
 from edgekit.toolchain.runner import run_tool
 from tests.integration.helpers import edgekit
@@ -140,13 +141,14 @@ def test_an_op_without_integer_form_is_refused_where_there_is_no_cpu(write_recip
 def test_without_the_npu_toolchains_one_line_names_the_install(write_recipe, tmp_path,
                                                                monkeypatch):
     monkeypatch.setenv("EDGEKIT_TOOLCHAINS_DIR", str(tmp_path / "none"))
+    monkeypatch.setenv("EDGEKIT_SHARED_TOOLCHAINS_DIR", str(tmp_path / "none"))
     path = recipe(write_recipe, "cnn", f"{RECIPES}:small_cnn", f"{RECIPES}:small_cnn_calibration")
     done = edgekit("build", "--recipe", str(path), "--target", "imx93-npu")
     assert done.returncode == 5
     assert "edgekit toolchains install npu" in done.stderr
     assert "Traceback" not in done.stderr
     with pytest.raises(ToolchainMissing):
-        tosa.npu_versions("ethos-u")
+        family_named("ethos-u").versions()
     shutil.rmtree(tmp_path / "none", ignore_errors=True)
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from edgekit.models.bundle import NpuOp
-from edgekit.pipeline.npu import split
+from edgekit.pipeline.npu import ethos, split
 
 ROWS = [
     {"op": "quantize_per_tensor", "placement": "cpu", "kind": "bookkeeping",
@@ -38,7 +38,7 @@ def test_vela_summaries_add_up_as_one_estimate(tmp_path):
               "dram_memory_used\n")
     for i, cycles in enumerate((1000, 3000)):
         (tmp_path / f"p{i}.csv").write_text(header + f"5e8,Sys,Mode,{cycles},10.5,2.0\n")
-    estimate = split.vela_estimate(sorted(tmp_path.glob("*.csv")), "5.2.0")
+    estimate = ethos.vela_estimate(sorted(tmp_path.glob("*.csv")), "5.2.0")
     assert estimate.cycles == 4000 and estimate.clock_hz == 500_000_000
     assert estimate.inferences_per_s == pytest.approx(125_000)
     assert estimate.sram_kib == 10.5 and estimate.dram_kib == 4.0

@@ -81,7 +81,7 @@ class Frontend(ABC, Generic[G]):
 
     def interchange(self, graph: G, opset: int) -> bytes:
         """The graph as an ONNX model's bytes (opset `opset` at most where the frontend makes
-        it), for NPU compilers that read ONNX (rknn-toolkit2: pipeline/npu/rknn.py)."""
+        it), for NPU compilers that read ONNX (an NPU family's compiler, pipeline/npu)."""
         raise NotImplementedError(f"the {self.kind} frontend gives no ONNX model")
 
     # `edgekit check`

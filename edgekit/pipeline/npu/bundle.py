@@ -1,44 +1,31 @@
-"""An NPU build's bundle: the NPU artifacts under npu/ and the manifest's `npu` note, beside
-the IREE CPU module (a Linux NPU board) or without any module (`backend: none`: a
-microcontroller NPU gets the artifact and estimates only)."""
+"""A bundle without module.vmfb (`backend: none`: a microcontroller NPU gets the artifact and
+estimates only): the NPU part's files under npu/, its manifest note and the golden data. With
+a CPU module, `package` (pipeline/package.py) adds the NPU part it finds on the compiled module."""
 
 from __future__ import annotations
 
 import datetime
+import shutil
 from pathlib import Path
 
 from edgekit.config.profiles import Target
-from edgekit.models.bundle import Bundle, LoweringRecord, Manifest, write_manifest
+from edgekit.models.bundle import Bundle, LoweringRecord, Manifest, sha256_file, write_manifest
 from edgekit.pipeline.export import ExportedModel
-from edgekit.pipeline.npu.ethos import NpuBuild, add_to_bundle
+from edgekit.pipeline.npu.part import NpuPart
 from edgekit.pipeline.package import BundleIdentity, write_golden
-from edgekit.models.bundle import sha256_file
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
 
 
-def _toolchain(build: NpuBuild) -> dict[str, str]:
-    return {**toolchain_versions(), **build.note.compiler}
-
-
-def with_npu(bundle: Bundle, build: NpuBuild) -> Bundle:
-    """The CPU module's bundle with the NPU artifacts and note added, signed again."""
-    digests = add_to_bundle(bundle.path, build)
-    manifest = bundle.manifest.model_copy(update={
-        "npu": build.note, "files": {**bundle.manifest.files, **digests},
-        "toolchain": {**bundle.manifest.toolchain, **build.note.compiler}})
-    write_manifest(bundle.path, manifest)
-    sign_bundle(bundle.path)
-    return Bundle(bundle.path, manifest)
-
-
 def npu_only(exported: ExportedModel, identity: BundleIdentity, target: Target,
-             directory: Path, build: NpuBuild) -> Bundle:
+             directory: Path, part: NpuPart) -> Bundle:
     """A bundle without module.vmfb: the NPU artifact, its report and the golden data."""
     directory.mkdir(parents=True, exist_ok=True)
     inputs, outputs, more, written = write_golden(directory, exported)
-    files = {rel: sha256_file(directory / rel) for rel in written}
-    files.update(add_to_bundle(directory, build))
+    for rel, made in part.files.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(made, directory / rel)
+    files = {rel: sha256_file(directory / rel) for rel in [*written, *part.files]}
     manifest = Manifest(
         app=identity.app,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -50,10 +37,11 @@ def npu_only(exported: ExportedModel, identity: BundleIdentity, target: Target,
         golden_inputs=tuple(inputs), golden_outputs=tuple(outputs),
         tolerances=identity.tolerances,
         lowering=LoweringRecord(requested="tosa", used="tosa", attempts=(),
-                                note="integer TOSA 1.0 from ExecuTorch's Arm backend"),
+                                note="integer TOSA 1.0 for the NPU's compiler"),
         quantization=exported.quantization, build_key=identity.build_key,
-        toolchain=_toolchain(build), golden_reference=exported.reference,
-        more_golden=tuple(more), npu=build.note, model_notes=exported.notes, files=files)
+        toolchain={**toolchain_versions(), **part.note.compiler},
+        golden_reference=exported.reference,
+        more_golden=tuple(more), npu=part.note, model_notes=exported.notes, files=files)
     write_manifest(directory, manifest)
     sign_bundle(directory)
     return Bundle(directory, manifest)

@@ -1,9 +1,9 @@
 """`edgekit check MODEL --target T` for an NPU target: per op, where it would run — on the NPU,
 in the CPU fallback (the IREE CPU module), or nowhere (unsupported) — and why.
 
-The model is quantized and partitioned as a build does it (ExecuTorch's TOSAQuantizer and
-TOSAPartitioner; its own samples calibrate: placement does not depend on the values). Ops
-the partitioner leaves out fall back to the CPU; whether the CPU can take them is what the
+The model is quantized and partitioned as a build does it, by the target's NPU family
+(`NpuFamily.partition`; its own samples calibrate: placement does not depend on the values).
+Ops the partitioner leaves out fall back to the CPU; whether the CPU can take them is what the
 ordinary check says of the quantized model for the target's CPU (pipeline/check.py). A target
 without a CPU module (`backend: none`) has no fallback: such ops are unsupported there.
 """
@@ -47,36 +47,32 @@ def check_npu(recipe: Recipe, model: str, target: Target, repro: Path,
               on_progress=None) -> NpuCheckReport:
     from edgekit.pipeline.check import _norm, check_graph
     from edgekit.pipeline.frontends.registry import frontend_for
-    from edgekit.pipeline.npu.ethos import quantize_for_npu
+    from edgekit.pipeline.npu.registry import family_for
     from edgekit.toolchain.runner import keep_temps
     say = on_progress or (lambda _: None)
-    if target.npu.kind != "ethos-u":
-        from edgekit.errors import ConfigError
-        raise ConfigError(f"target {target.name}: `edgekit check` lists Ethos-U placements; "
-                          f"NPU kind '{target.npu.kind}' is checked by its own plugin",
-                          where=target.source, key="npu.kind")
+    family = family_for(target)
+    family.refuse_unless_it_places_ops(target)
     frontend = frontend_for(recipe.model)
     say("load and export")
     exported = frontend.export(recipe, frontend.load(recipe))
     workdir = Path(tempfile.mkdtemp(prefix="edgekit-npu-check-"))
     try:
-        say("quantize and partition (ExecuTorch's Arm backend)")
-        quantized, graph = quantize_for_npu(recipe, exported, target, workdir,
-                                            calibration=[exported.samples,
-                                                         *exported.more_samples])
+        say(f"quantize and partition ({family.kind})")
+        graph = family.partition(recipe, exported, target, workdir,
+                                 [exported.samples, *exported.more_samples])
     finally:
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
     report = NpuCheckReport(model=model, target=target.name, accelerator=target.npu.accelerator,
                             npu_mac_share=split.mac_share(graph.ops),
-                            partitions=len(graph.partitions))
+                            partitions=graph.partitions)
     fallback = [o for o in graph.ops if o.placement == "cpu"]
     failing: dict[str, str] = {}
     if fallback and target.backend != "none":
         say(f"the CPU module of the quantized model for {target.name}")
         from edgekit.pipeline.lower import INT8_LOWERINGS   # what an int8 build lowers by
         cpu_target = target.model_copy(update={"lowering": list(INT8_LOWERINGS)})
-        cpu = check_graph(frontend, quantized.program, model, cpu_target, repro, say)
+        cpu = check_graph(frontend, graph.quantized.program, model, cpu_target, repro, say)
         report.cpu_check = (f"builds through {cpu.chosen}" if cpu.chosen else
                             "; ".join(f"{k}: {v}" for k, v in cpu.failures.items()))
         failing = {_norm(s.op): s.failure for s in cpu.ops if not s.ok and s.failure}

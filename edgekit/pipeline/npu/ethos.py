@@ -1,7 +1,8 @@
 """Arm Ethos-U builds: integer TOSA 1.0 (PRO-INT), proven on the TOSA reference model, compiled
 by Vela.
 
-Two steps, each a stage of `edgekit build` for a target with `npu.kind: ethos-u`:
+The family (`EthosU`, registered in npu/registry.py) edits `edgekit build`'s plan for a target
+with `npu.kind: ethos-u`:
 - `quantize_for_npu` (replaces the recipe's quantizer): the exported fp32 program goes to the
   executorch venv (toolchain/venv_scripts/et_tosa.py: TOSAQuantizer with the recipe's
   calibration set, TOSAPartitioner with "TOSA-1.0+INT"); back come the quantized program (the
@@ -11,12 +12,16 @@ Two steps, each a stage of `edgekit build` for a target with `npu.kind: ethos-u`
 - `compile_for_npu`: per partition, the strict PRO-INT check before serializing (tosa-opt),
   the TOSA reference model against the quantized PyTorch model (worst difference in LSBs; more
   than 1 is refused), IREE on the same TOSA on this host (a second, independent executor), and
-  Vela for the profile's accelerator, system configuration and memory mode.
+  Vela for the profile's accelerator, system configuration and memory mode. It runs before
+  the CPU module's compile (a refusal costs none); a target with a CPU (`backend` not none)
+  gets the same integer model as its IREE CPU module, with the NPU part beside it, and a
+  microcontroller (`backend: none`) the NPU part alone.
 The venvs are called by subprocess with files as the protocol (toolchain/venvs.py).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from collections import Counter
@@ -24,17 +29,24 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edgekit.config.profiles import Target
 from edgekit.config.recipe import Recipe
 from edgekit.errors import ConfigError, LoweringError, ToolError, ValidationFailed
-from edgekit.models.bundle import NpuNote, NpuOp, QuantizationNote
+from edgekit.models.bundle import Bundle, NpuEstimate, NpuNote, NpuOp, QuantizationNote
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.npu import split
+from edgekit.pipeline.npu.family import NpuFamily, Partitioned, SummaryLine
+from edgekit.pipeline.npu.part import NpuPart
+from edgekit.pipeline.stages import Edit, Stage
 from edgekit.toolchain import iree, tosa
 from edgekit.toolchain.runner import run_tool
+
+if TYPE_CHECKING:
+    from edgekit.pipeline.build_run import BuildRun
 
 SPEC = "TOSA-1.0+INT"
 # the Ethos-U55 lacks some TOSA ops (ExecuTorch's "u55" subset keeps those on the CPU)
@@ -51,15 +63,6 @@ class NpuGraph:
     ops: tuple[NpuOp, ...]
     partitions: tuple[str, ...]     # partition stems: part0, part1, … (part<p>.tosa/.npz)
     versions: dict[str, dict[str, str]]
-
-
-@dataclass(frozen=True)
-class NpuBuild:
-    """An Ethos-U build's artifacts (relative names under NPU_DIR) and its manifest note."""
-
-    folder: Path
-    files: tuple[str, ...]
-    note: NpuNote
 
 
 def spec_for(target: Target) -> str:
@@ -87,7 +90,7 @@ def quantize_for_npu(recipe: Recipe, exported: ExportedModel, target: Target,
         raise ConfigError(f"target {target.name} runs integer TOSA: the recipe must quantize "
                           "to int8 with a calibration set", where=str(recipe.path),
                           key="quantize", hint="add `quantize: {mode: int8, calibration: …}`")
-    versions = tosa.npu_versions(target.npu.kind)
+    versions = EthosU().versions()
     folder = workdir / "npu-graph"
     folder.mkdir(parents=True, exist_ok=True)
     calibration = calibration if checking else calibration_samples(recipe, exported.inputs)
@@ -162,7 +165,7 @@ def _load_sets(path: Path, prefix: str, count: int) -> list[tuple[np.ndarray, ..
 
 # --- check, prove and compile each partition (tosa venv) ---------------------------------------
 
-def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
+def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuPart:
     npu = target.npu
     out = workdir / "npu-out"
     out.mkdir(parents=True, exist_ok=True)
@@ -204,7 +207,7 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
             report=None, hint="EDGEKIT_KEEP_TEMPS=1 keeps the partitions and their golden "
                               "integer inputs/outputs for a reproducer")
     vela = graph.versions.get("tosa", {}).get("ethos-u-vela", "?")
-    estimate = split.vela_estimate(summaries, vela)
+    estimate = vela_estimate(summaries, vela)
     artifact = next((f for f in files if f.endswith(".tflite")), files[0] if files else "")
     report = next((f for f in files if f.endswith(".csv")), "")
     note = NpuNote(
@@ -220,7 +223,7 @@ def compile_for_npu(graph: NpuGraph, target: Target, workdir: Path) -> NpuBuild:
                 f"(vs the reference model: {iree_vs_ref} LSB)",
                 f"Vela placed {vela_ops['NPU']} TOSA operator(s) on the NPU, "
                 f"{vela_ops['CPU']} on the CPU"))
-    return NpuBuild(folder=out, files=tuple(files), note=note)
+    return NpuPart(note=note, files={f"{NPU_DIR}/{name}": out / name for name in files})
 
 
 def _compiler_versions(versions: dict[str, dict[str, str]]) -> dict[str, str]:
@@ -294,14 +297,103 @@ def _iree_on_host(checked: Path, arrays: Path, reference: Path, out: Path,
     return worst, vs_ref
 
 
-# --- into the bundle ---------------------------------------------------------------------------
+def vela_estimate(summaries: list[Path], version: str) -> NpuEstimate:
+    """Vela's per-network summary CSVs (one per NPU partition) as one estimate: cycles add up
+    (the partitions run one after another), inferences/s follow from the clock."""
+    rows = []
+    for path in summaries:
+        with path.open(newline="") as f:
+            rows.extend(csv.DictReader(f))
+    if not rows:
+        return NpuEstimate(source=f"Vela {version} static estimate")
+    clock = float(rows[0]["core_clock"])
+    cycles = sum(int(float(r["cycles_total"])) for r in rows)
+    return NpuEstimate(
+        source=f"Vela {version} static estimate ({rows[0]['system_config']}, "
+               f"{rows[0]['memory_mode']})",
+        clock_hz=int(clock), cycles=cycles,
+        inferences_per_s=round(clock / cycles, 1) if cycles else None,
+        sram_kib=round(max(float(r["sram_memory_used"]) for r in rows), 2),
+        dram_kib=round(sum(float(r["dram_memory_used"]) for r in rows), 2))
 
-def add_to_bundle(directory: Path, build: NpuBuild) -> dict[str, str]:
-    """Copy the NPU artifacts under NPU_DIR/ of a bundle directory; their sha256s by name."""
-    from edgekit.models.bundle import sha256_file
-    (directory / NPU_DIR).mkdir(exist_ok=True)
-    digests = {}
-    for name in build.files:
-        shutil.copyfile(build.folder / name, directory / NPU_DIR / name)
-        digests[f"{NPU_DIR}/{name}"] = sha256_file(directory / NPU_DIR / name)
-    return digests
+
+# --- the family: its stages in `edgekit build`'s plan, its summary, its partitioner ------------
+
+class EthosU(NpuFamily):
+    """Arm Ethos-U: ExecuTorch's Arm backend quantizes and partitions (instead of the recipe's
+    quantizer), the partitions are proven and compiled by Vela before the CPU module."""
+
+    kind = "ethos-u"
+    toolchains = tosa.ETHOS_TOOLCHAINS
+    places_ops = True
+
+    def plan_edits(self, target: Target) -> tuple[Edit, ...]:
+        from edgekit.pipeline.lower import CompiledModule
+        build = _EthosBuild()
+        vela = Stage("check+reference model+Vela (npu)", ExportedModel, ExportedModel,
+                     build.compile)
+        edits = [Edit("replace", "quantize", (Stage("quantize+partition (npu)", ExportedModel,
+                                                    ExportedModel, build.quantize),))]
+        if target.backend == "none":      # a microcontroller: no CPU module to build
+            return (*edits, Edit("replace", "rewrite", through="package", stages=(
+                vela, Stage("package (npu only)", ExportedModel, Bundle, build.npu_only))))
+        return (*edits, Edit("before", "rewrite", (vela,)),
+                Edit("after", "compile variants", (
+                    Stage("npu", CompiledModule, CompiledModule, build.attach),)))
+
+    def summary(self, note: NpuNote) -> tuple[SummaryLine, ...]:
+        lines = [SummaryLine(f"  npu ({note.accelerator}): "
+                             f"{split.split_line(note.ops, note.npu_mac_share)}")]
+        if split.cpu_summary(note.ops):
+            lines.append(SummaryLine(f"    CPU fallback: {split.cpu_summary(note.ops)}"))
+        if note.worst_lsb is not None:
+            lines.append(SummaryLine(
+                f"  validated on the {note.validated_on} (not on an NPU): worst "
+                f"{note.worst_lsb} LSB vs the quantized PyTorch model (≤ {MAX_LSB} passes)"))
+        lines += [SummaryLine(f"    {check}") for check in note.checks]
+        if note.estimate:
+            lines.append(SummaryLine(f"  {split.estimate_line(note.estimate)}", "cyan"))
+        if note.artifact:
+            lines.append(SummaryLine(f"  npu artifact: {note.artifact}" +
+                                     (f", report {note.report}" if note.report else "")))
+        return tuple(lines)
+
+    def partition(self, recipe: Recipe, exported: ExportedModel, target: Target,
+                  workdir: Path, calibration: list) -> Partitioned:
+        quantized, graph = quantize_for_npu(recipe, exported, target, workdir, calibration)
+        return Partitioned(quantized, graph.ops, len(graph.partitions))
+
+
+class _EthosBuild:
+    """One build's Ethos-U stages and what passes between them (the partitioned graph, then
+    the compiled NPU part)."""
+
+    graph: NpuGraph
+    part: NpuPart
+
+    def quantize(self, run: BuildRun, exported: ExportedModel) -> ExportedModel:
+        target = run.target
+        quantized, self.graph = quantize_for_npu(run.recipe, exported, target, run.workdir)
+        stranded = [o.op for o in self.graph.ops
+                    if o.placement == "cpu" and not split.is_boundary(o)]
+        if stranded and target.backend == "none":
+            raise LoweringError(
+                f"{', '.join(dict.fromkeys(stranded))}: no integer TOSA form for the NPU, and "
+                f"{target.name} has no CPU module to fall back to (backend none)",
+                stage="partition (npu)", ops=tuple(dict.fromkeys(stranded)),
+                hint=f"replace the op, or build for a target with a CPU (`edgekit check MODEL "
+                     f"--target {target.name}` lists where each op runs)")
+        return quantized
+
+    def compile(self, run: BuildRun, exported: ExportedModel) -> ExportedModel:
+        self.part = compile_for_npu(self.graph, run.target, run.workdir)
+        return exported
+
+    def attach(self, run: BuildRun, compiled):
+        return dataclasses.replace(compiled, npu=self.part)
+
+    def npu_only(self, run: BuildRun, exported: ExportedModel) -> Bundle:
+        from edgekit.pipeline.npu.bundle import npu_only
+        back = run.back_context()
+        return npu_only(exported, back.identity(exported.quantization), run.target,
+                        back.bundle_dir, self.part)

@@ -1,15 +1,18 @@
-"""Stage `npu (rknn)`: the Rockchip NPU part of a bundle, through the rknn-toolkit2 plugin.
+"""The Rockchip NPU family (`Rknpu`, registered in npu/registry.py): one stage of `edgekit
+build`, "npu" after the CPU module's compile, makes the NPU part of a bundle through the
+rknn-toolkit2 plugin.
 
-The float model goes to ONNX (its frontend's `interchange`; opset 19: rknn-toolkit2 2.5.0 refuses newer ones, measured);
-rknn-toolkit2, in its own venv (toolchain/venvs.py: proprietary, pins numpy 1.26), quantizes it
-with the recipe's calibration set (its dataset file), compiles it for the profile's platform
-(`npu.accelerator`, e.g. rk3588), and runs the golden inputs on its simulator. The simulator's
-outputs are compared here with the bundle's golden outputs (the quantized PyTorch model's for an
-int8 recipe, the float model's otherwise). rknn quantizes on its own (its scales are not
-PyTorch's), so an int8 .rknn is held to the recipe's accuracy floor (`quantize.min_cosine`, and
-top-1 agreement when validation asks for it), not to the CPU module's one-step tolerance; the
-worst error is recorded in the manifest with what ran it: "rknn simulator", never the NPU.
-The simulator gives no timing: the cycle figures are the rknn compiler's static estimate.
+The float model goes to ONNX (its frontend's `interchange`; opset 19: rknn-toolkit2 2.5.0
+refuses newer ones, measured); rknn-toolkit2, in its own venv (toolchain/venvs.py: proprietary,
+pins numpy 1.26), quantizes it with the recipe's calibration set (its dataset file), compiles it
+for the profile's platform (`npu.accelerator`, e.g. rk3588), and runs the golden inputs on its
+simulator. The simulator's outputs are compared here with the bundle's golden outputs (the
+quantized PyTorch model's for an int8 recipe, the float model's otherwise). rknn quantizes on
+its own (its scales are not PyTorch's), so an int8 .rknn is held to the recipe's accuracy floor
+(`quantize.min_cosine`, and top-1 agreement when validation asks for it), not to the CPU
+module's one-step tolerance; the worst error is recorded in the manifest with what ran it: "rknn
+simulator", never the NPU. The simulator gives no timing: the cycle figures are the rknn
+compiler's static estimate.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,10 +31,15 @@ from edgekit.config.recipe import Recipe
 from edgekit.errors import ConfigError, QuantizationError
 from edgekit.models.bundle import NpuEstimate, NpuNote, NpuOp
 from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.npu.family import NpuFamily, SummaryLine
 from edgekit.pipeline.npu.part import NpuPart
+from edgekit.pipeline.stages import Edit, Stage
 from edgekit.toolchain import venvs
 from edgekit.toolchain.runner import run_tool
 from edgekit.validate.compare import cosine, top1_agreement, wants_top1
+
+if TYPE_CHECKING:
+    from edgekit.pipeline.build_run import BuildRun
 
 TOOLCHAIN = "rknn"
 OPSET = 19
@@ -51,16 +60,6 @@ class RknnJob:
     min_cosine: float
     top1: str | None
     where: str
-
-
-def wants_rknn(target: Target) -> bool:
-    return target.npu is not None and target.npu.kind == "rknpu"
-
-
-def toolchain_versions() -> dict[str, str]:
-    """The plugin's versions (for the build key and manifest); ToolchainMissing (exit 5,
-    naming `edgekit toolchains install rknn`) when it is not installed."""
-    return venvs.versions(TOOLCHAIN)
 
 
 def job_for(recipe: Recipe, float_model: ExportedModel) -> RknnJob:
@@ -85,7 +84,7 @@ def build_rknn(job: RknnJob, golden_model: ExportedModel, target: Target,
                workdir: Path) -> NpuPart:
     """Convert, quantize, compile for the profile's NPU and simulate the golden inputs."""
     python = venvs.python_of(TOOLCHAIN)
-    versions = toolchain_versions()
+    versions = venvs.versions(TOOLCHAIN)
     work = workdir / "rknn"
     work.mkdir(parents=True, exist_ok=True)
     model = job.float_model
@@ -260,3 +259,49 @@ def _macs(inputs: list[tuple[int, ...]], outputs: list[tuple[int, ...]]) -> int:
 def with_npu(compiled, part: NpuPart):
     """The compiled module carrying the NPU part to `package`."""
     return replace(compiled, npu=part)
+
+
+# --- the family ------------------------------------------------------------------------------
+
+class Rknpu(NpuFamily):
+    """Rockchip NPUs: the CPU module is built as for the board's CPU profile, then the "npu"
+    stage converts the float model (rknn quantizes it with its own scales) and attaches the
+    .rknn, validated on the simulator."""
+
+    kind = "rknpu"
+    toolchains = (TOOLCHAIN,)
+
+    def plan_edits(self, target: Target) -> tuple[Edit, ...]:
+        from edgekit.pipeline.lower import CompiledModule
+        return (Edit("after", "compile variants", (
+            Stage("npu", CompiledModule, CompiledModule, _npu_stage),)),)
+
+    def summary(self, note: NpuNote) -> tuple[SummaryLine, ...]:
+        on_npu = sum(op.placement == "npu" for op in note.ops)
+        share = f", {note.npu_mac_share:.0%} of MACs" if note.npu_mac_share is not None else ""
+        compiler = ", ".join(f"{k} {v}" for k, v in note.compiler.items())
+        lines = [SummaryLine(f"  npu: {note.accelerator} {note.artifact} ({compiler}); {on_npu} "
+                             f"of {len(note.ops)} ops on the NPU{share}")]
+        lines += [SummaryLine(f"    {op.placement}: {op.op} — {op.reason}")
+                  for op in note.ops if op.placement != "npu"]
+        e = note.estimate
+        if e is not None:
+            figures = [f"{e.cycles:,} cycles" if e.cycles else "",
+                       f"{e.inferences_per_s:,.0f} inferences/s" if e.inferences_per_s else "",
+                       f"SRAM {e.sram_kib:,.1f} KiB" if e.sram_kib else "",
+                       f"DRAM {e.dram_kib:,.1f} KiB" if e.dram_kib else ""]
+            lines.append(SummaryLine(f"  npu estimate ({e.source}, not measured): "
+                                     f"{', '.join(f for f in figures if f) or 'none'}"))
+        lines += [SummaryLine(f"  npu validated on {note.validated_on}: {check}")
+                  for check in note.checks]
+        lines.append(SummaryLine("  cpu fallback: module.vmfb (IREE, the profile's CPU): "
+                                 "`edgekit deploy --cpu-fallback` on a board without a working "
+                                 "NPU"))
+        return tuple(lines)
+
+
+def _npu_stage(run: BuildRun, compiled):
+    """The .rknn from the float model (before the recipe's quantizer), simulated on the
+    compiled module's golden data."""
+    return with_npu(compiled, build_rknn(job_for(run.recipe, run.float_model),
+                                         compiled.exported, run.target, run.workdir))

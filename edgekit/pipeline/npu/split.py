@@ -3,9 +3,7 @@ NPU), and the NPU compiler's estimate read from its report. No toolchain here.""
 
 from __future__ import annotations
 
-import csv
 from collections import Counter
-from pathlib import Path
 
 from edgekit.models.bundle import NpuEstimate, NpuOp
 
@@ -61,26 +59,6 @@ def cpu_summary(ops: tuple[NpuOp, ...], limit: int = 6) -> str:
              for op, n in counts.most_common(limit)]
     more = len(counts) - limit
     return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
-
-
-def vela_estimate(summaries: list[Path], version: str) -> NpuEstimate:
-    """Vela's per-network summary CSVs (one per NPU partition) as one estimate: cycles add up
-    (the partitions run one after another), inferences/s follow from the clock."""
-    rows = []
-    for path in summaries:
-        with path.open(newline="") as f:
-            rows.extend(csv.DictReader(f))
-    if not rows:
-        return NpuEstimate(source=f"Vela {version} static estimate")
-    clock = float(rows[0]["core_clock"])
-    cycles = sum(int(float(r["cycles_total"])) for r in rows)
-    return NpuEstimate(
-        source=f"Vela {version} static estimate ({rows[0]['system_config']}, "
-               f"{rows[0]['memory_mode']})",
-        clock_hz=int(clock), cycles=cycles,
-        inferences_per_s=round(clock / cycles, 1) if cycles else None,
-        sram_kib=round(max(float(r["sram_memory_used"]) for r in rows), 2),
-        dram_kib=round(sum(float(r["dram_memory_used"]) for r in rows), 2))
 
 
 def estimate_line(estimate: NpuEstimate) -> str:

@@ -1,6 +1,6 @@
-"""The PyTorch side of an NPU build's quantization (pipeline/npu/ethos.py): ExecuTorch's
-TOSAQuantizer runs in its own venv on a saved ExportedProgram and returns another one; these
-are the few steps that touch torch on this side of that file protocol."""
+"""The PyTorch side of an NPU build's quantization (a family that partitions with ExecuTorch):
+ExecuTorch's TOSAQuantizer runs in its own venv on a saved ExportedProgram and returns another
+one; these are the few steps that touch torch on this side of that file protocol."""
 
 from __future__ import annotations
 
