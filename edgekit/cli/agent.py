@@ -93,10 +93,12 @@ def agent_poll(host: str, identity: Path | None) -> None:
     from edgekit.api.channel import poll_agent
     from edgekit.errors import RemoteCommandFailed
     code, err = poll_agent(host, identity)
-    if err:
+    if code == 0 and err:
         sys.stderr.write(err + "\n")
     if code != 0:
         raise RemoteCommandFailed(f"the agent's poll exited with {code}", where=host,
                                   argv=["agent.sh", "poll"], returncode=code,
-                                  stderr_tail=err[-300:])
+                                  stderr_tail=err[-300:],
+                                  hint="no agent there? `edgekit agent install HOST --channel "
+                                       "URL`" if code in (2, 127) else None)
     render.out.print(f"{escape(host)}: polled")
