@@ -33,9 +33,19 @@ class EdgekitError(Exception):
         return self.what
 
     def __str__(self) -> str:
-        what = self._shown(self._what())
-        head = f"{self._shown(self.where)}: {what}" if self.where else what
+        head = self.headline()
         return f"{head}\n  hint: {self._shown(self.hint)}" if self.hint else head
+
+    def headline(self) -> str:
+        """The first line: where, what (no hint)."""
+        what = self._shown(self._what())
+        return f"{self._shown(self.where)}: {what}" if self.where else what
+
+    def as_json(self) -> dict:
+        """The error as `--json` prints it: {"error", "exit", "hint", "kind"}."""
+        return {"error": self.headline(), "exit": self.exit_code,
+                "hint": self._shown(self.hint) if self.hint else None,
+                "kind": type(self).__name__}
 
 
 def printable(text: str) -> str:

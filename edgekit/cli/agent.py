@@ -12,10 +12,10 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import complete, render
-from edgekit.cli.main import IDENTITY, cli, examples, handle_errors
+from edgekit.cli.common import IDENTITY, JSON, examples, handle_errors
 
 
-@cli.group()
+@click.group()
 def agent() -> None:
     """Put what pulls and installs releases on a device: the channel agent or Mender's
     update module."""
@@ -43,7 +43,7 @@ def agent() -> None:
 @IDENTITY
 @click.option("--dry-run", is_flag=True,
               help="--channel: say what would change; change nothing")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @handle_errors
 def agent_install(host: str, url: str | None, mender: bool, device_id: str | None,
                   timer: str, interval_s: int, runtime: str | None, modules_dir: str | None,
@@ -85,10 +85,11 @@ def _install_mender(host: str, modules_dir: str | None, identity: Path | None,
 
 
 @agent.command("poll")
-@click.argument("host", metavar="HOST")
+@click.argument("host", shell_complete=complete.devices)
 @IDENTITY
+@JSON
 @handle_errors
-def agent_poll(host: str, identity: Path | None) -> None:
+def agent_poll(host: str, identity: Path | None, as_json: bool) -> None:
     """Run one poll of HOST's agent now (what its timer runs)."""
     from edgekit.api.channel import poll_agent
     from edgekit.errors import RemoteCommandFailed
@@ -101,4 +102,7 @@ def agent_poll(host: str, identity: Path | None) -> None:
                                   stderr_tail=err[-300:],
                                   hint="no agent there? `edgekit agent install HOST --channel "
                                        "URL`" if code in (2, 127) else None)
-    render.out.print(f"{escape(host)}: polled")
+    if as_json:
+        render.emit_json({"host": host, "exit": code, "stderr": err})
+    else:
+        render.out.print(f"{escape(host)}: polled")

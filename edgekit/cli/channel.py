@@ -10,13 +10,13 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.cli.main import WIDE, cli, examples, handle_errors
+from edgekit.cli.common import JSON, WIDE, examples, handle_errors
 
 CHANNEL_HELP = "the channel's folder, DIR/NAME (DIR is what the web server serves)"
 DRY_RUN = click.option("--dry-run", is_flag=True, help="say what would change; change nothing")
 
 
-@cli.group()
+@click.group()
 def channel() -> None:
     """A release channel any web server serves; devices pull from it (`edgekit agent`)."""
 
@@ -55,7 +55,7 @@ def _show(change) -> None:
               help="failed devices (count, or % of those that tried) before promote pauses")
 @click.option("--seed", help="rollout seed (hex) [default: a new random one]")
 @DRY_RUN
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @handle_errors
 def channel_publish(bundle: Path, channel_dir: Path, percent: str, max_fail: str,
                     seed: str | None, dry_run: bool, as_json: bool) -> None:
@@ -76,7 +76,7 @@ def channel_publish(bundle: Path, channel_dir: Path, percent: str, max_fail: str
 @click.option("--every", "every_s", type=float,
               help="repeat: one step every this many seconds until the last step or a pause")
 @DRY_RUN
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @handle_errors
 def channel_promote(channel_dir: Path, percent: str | None, max_fail: str | None,
                     every_s: float | None, dry_run: bool, as_json: bool) -> None:
@@ -94,36 +94,13 @@ def channel_promote(channel_dir: Path, percent: str | None, max_fail: str | None
               help=CHANNEL_HELP)
 @click.option("--resume", is_flag=True, help="resume a paused channel")
 @DRY_RUN
+@JSON
 @handle_errors
-def channel_pause(channel_dir: Path, resume: bool, dry_run: bool) -> None:
+def channel_pause(channel_dir: Path, resume: bool, dry_run: bool, as_json: bool) -> None:
     """Pause the channel (devices keep their release and install nothing new), or resume."""
     from edgekit.api.channel import pause
-    _show(pause(channel_dir, resume, dry_run))
-
-
-def show_status(channel_source: str, as_json: bool) -> None:
-    from edgekit.api.channel import status
-    st = status(channel_source)
-    if as_json:
-        render.emit_json({"index": dataclasses.asdict(st.index) if st.index else None,
-                          "failed": st.failed, "tried": st.tried,
-                          "reports": [dataclasses.asdict(r) for r in st.reports]})
-        return
-    if st.index:
-        i = st.index
-        render.out.print(f"{escape(i.channel)}: release {i.release} of {escape(i.app)} at "
-                         f"{i.percent}% (steps {','.join(map(str, i.steps))}), max-fail "
-                         f"{i.max_fail}{' [red]paused[/]' if i.paused else ''}; "
-                         f"{st.failed} of {st.tried} device(s) that tried it failed")
-    colour = {"failed": "red", "refused": "red", "unreadable": "red", "interrupted": "yellow",
-              "waiting": "yellow", "paused": "yellow"}
-    for r in st.reports:
-        c = colour.get(r.state, "green")
-        what = r.problem or r.detail
-        render.out.print(f"  [{c}]{r.state}[/] {escape(r.device)} current "
-                         f"{r.current or '-'} {escape(what)}")
-    if not st.reports:
-        render.out.print("  no device has reported yet")
+    change = pause(channel_dir, resume, dry_run)
+    render.emit_json(_change_json(change)) if as_json else _show(change)
 
 
 @channel.command("status", epilog=examples("edgekit channel status --channel site/stable",
@@ -131,9 +108,10 @@ def show_status(channel_source: str, as_json: bool) -> None:
                                            "http://updates.example/stable"))
 @click.option("--channel", "channel_source", required=True,
               help="the channel's folder DIR/NAME, or its URL")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @WIDE
 @handle_errors
 def channel_status(channel_source: str, as_json: bool) -> None:
     """The channel's release and rollout, and every device's last report."""
-    show_status(channel_source, as_json)
+    from edgekit.api.channel import status
+    render.channel_status(status(channel_source), as_json)

@@ -9,10 +9,10 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.cli.main import cli, examples, handle_errors
+from edgekit.cli.common import JSON, examples, handle_errors
 
 
-@cli.group()
+@click.group()
 def export() -> None:
     """Write a bundle in the format of another update engine."""
 
@@ -29,7 +29,7 @@ def export() -> None:
 @click.option("-o", "--out", required=True, type=click.Path(path_type=Path),
               help="the .mender file to write")
 @click.option("--name", default=None, help="artifact name (default: <app>-<release>)")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@JSON
 @handle_errors
 def export_mender(bundle: Path, device_types: tuple[str, ...], key: Path, out: Path,
                   name: str | None, as_json: bool) -> None:
@@ -50,4 +50,4 @@ def export_mender(bundle: Path, device_types: tuple[str, ...], key: Path, out: P
                      highlight=False)
 
 
-# `edgekit agent install --mender HOST` lives with the pull agent's install: cli/agent.py
+# `edgekit agent install --mender HOST` is in cli/agent.py, beside the channel agent's
