@@ -3,14 +3,15 @@
 # software Vulkan (Mesa llvmpipe) for GPU profiles, OpenSSH for lab devices, qemu user
 # emulation (registered with binfmt_misc) + mmdebstrap and uidmap (the arm64 userland, built
 # without root) for aarch64 lab devices, Chromium (the tests open the HTML
-# benchmark report in it), the pinned Python toolchain, and edgekit
+# benchmark report in it), nginx (the pull-channel tests serve a channel and take the devices'
+# status PUTs with it, started as the invoking user), the pinned Python toolchain, and edgekit
 # itself in editable mode. Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
               qemu-user-static binfmt-support mmdebstrap uidmap chromium procps
-              mender-artifact mender-client)
+              mender-artifact mender-client nginx curl)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -26,8 +26,10 @@
 # where it means something, arg-max agreement per row). Golden outputs that prove nothing
 # (all NaN/Inf, all zero, constant within tolerance on every sample, or the same for every
 # sample) are refused as the host refuses them (validate/golden.py) unless the plan accepts
-# them. iree-run-module's own --expected_output cannot hold these rules (one absolute
-# threshold per element type, no rtol, cosine or arg-max), so it is not used.
+# them. iree-run-module's own --expected_output (3.13: --expected_<type>_threshold, one
+# absolute tolerance per element type, --expected_rtol, one for every float type, NaN equal
+# to NaN) cannot hold these rules (limits per output, min_cosine, arg-max, Inf places), so
+# it is not used.
 #
 # Journal (APP/journal.jsonl), the same records as a pushed deploy: validated | rejected,
 # activate (activate.sh), after_activate-failed | health-failed, rollback | deactivate.

@@ -166,17 +166,26 @@ def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
 
 
 @fleet.command("status")
-@click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
-              help=FLEET_HELP)
+@click.option("--fleet", "fleet_file", type=click.Path(path_type=Path), help=FLEET_HELP)
+@click.option("--channel", "channel_source",
+              help="instead of --fleet: the reports of a release channel's devices (its "
+                   "folder DIR/NAME or URL)")
 @click.option("--app", help="app name [default: the --recipe's name]")
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML (for its name)")
 @click.option("--limit", help="only these devices: a device or group name, or label=value")
 @JSON
 @WIDE
 @handle_errors
-def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: str | None,
-                 as_json: bool) -> None:
+def fleet_status(fleet_file: Path | None, channel_source: str | None, app: str | None,
+                 recipe: Path | None, limit: str | None, as_json: bool) -> None:
     """Every device's current release, runtime version and last validation."""
+    if (fleet_file is None) == (channel_source is None):
+        from edgekit.errors import ConfigError
+        raise ConfigError("give exactly one of --fleet or --channel", key="fleet")
+    if channel_source is not None:
+        from edgekit.api.channel import status as channel_status
+        render.channel_status(channel_status(channel_source), as_json)
+        return
     from edgekit.api.fleet import status
     with render.steps("") as progress:
         found = status(fleet_file, app, recipe, limit, on_progress=progress.update)

@@ -19,8 +19,9 @@ from edgekit.cli.common import error_json, interrupted  # noqa: F401  (tests, ol
 # name → (module:attribute, the first sentence of the command's help, which `edgekit --help`
 # lists; a unit test keeps each equal to the command's own)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "agent": ("edgekit.cli.mender:agent",
-              "Put what pulls and installs releases on a device."),
+    "agent": ("edgekit.cli.agent:agent",
+              "Put what pulls and installs releases on a device: the channel agent or "
+              "Mender's update module."),
     "bench": ("edgekit.cli.bench:bench",
               "Benchmark deployed models on devices; compare and report (`bench HOST … --app "
               "A`)."),
@@ -31,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "reproduce.sh."),
     "build": ("edgekit.cli.build:build",
               "Build a deployable bundle for a target from a recipe."),
+    "channel": ("edgekit.cli.channel:channel",
+                "A release channel any web server serves; devices pull from it (`edgekit "
+                "agent`)."),
     "check": ("edgekit.cli.check:check",
               "Which operators of MODEL (.onnx, .pt2, recipe .yaml or module:factory) make it "
               "through import, TOSA, Linalg and the target's compiler."),

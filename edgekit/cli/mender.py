@@ -1,5 +1,5 @@
-"""`edgekit export mender BUNDLE` and `edgekit agent install --mender HOST`: Mender as the
-update engine (edgekit/api/mender.py)."""
+"""`edgekit export mender BUNDLE`: Mender as the update engine (edgekit/api/mender.py); its
+`edgekit agent install --mender HOST` is in cli/agent.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import complete, render
-from edgekit.cli.common import HOST_HELP, IDENTITY, JSON, examples, handle_errors
+from edgekit.cli import render
+from edgekit.cli.common import JSON, examples, handle_errors
 
 
 @click.group()
@@ -50,33 +50,4 @@ def export_mender(bundle: Path, device_types: tuple[str, ...], key: Path, out: P
                      highlight=False)
 
 
-@click.group()
-def agent() -> None:
-    """Put what pulls and installs releases on a device."""
-
-
-@agent.command("install", epilog=examples("edgekit agent install --mender pi@10.0.0.7"),
-               short_help="Install what a Mender-managed device needs for edgekit artifacts.",
-               help=f"Install on HOST ({HOST_HELP}) what a Mender-managed device needs to "
-                    "install `edgekit export mender` artifacts: the update module, the shims, "
-                    "the IREE runtime and this machine's trusted signers.")
-@click.argument("host", shell_complete=complete.devices)
-@click.option("--mender", is_flag=True, required=True,
-              help="install edgekit's Mender update module (mender-client 3.x)")
-@click.option("--modules-dir", default=None,
-              help="where the client reads update modules (default "
-                   "/usr/share/mender/modules/v3)")
-@IDENTITY
-@JSON
-@handle_errors
-def agent_install(host: str, mender: bool, modules_dir: str | None,
-                  identity: Path | None, as_json: bool) -> None:
-    # (its help is the decorator's: a docstring cannot hold HOST_HELP)
-    from edgekit.api.mender import MODULES_DIR, install_mender_module
-    result = install_mender_module(host, modules_dir or MODULES_DIR, identity)
-    if as_json:
-        render.emit_json({"host": host, "module": result.module, "shims": result.shims,
-                          "runtime": result.runtime, "uploaded": list(result.uploaded)})
-        return
-    render.out.print(f"installed the edgekit update module at {escape(result.module)} on "
-                     f"{escape(host)} ({len(result.uploaded)} file(s) sent)", highlight=False)
+# `edgekit agent install --mender HOST` is in cli/agent.py, beside the channel agent's

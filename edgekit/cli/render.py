@@ -650,3 +650,27 @@ def fleet_status_table(app: str, rows: list[FleetDeviceStatus]) -> None:
     out.print(table)
     for line in notes:
         out.print(line, highlight=False)
+
+
+def channel_status(st, as_json: bool) -> None:
+    """A release channel's index and its devices' reports (edgekit.api.channel.status)."""
+    import dataclasses
+    if as_json:
+        emit_json({"index": dataclasses.asdict(st.index) if st.index else None,
+                   "failed": st.failed, "tried": st.tried,
+                   "reports": [dataclasses.asdict(r) for r in st.reports]})
+        return
+    if st.index:
+        i = st.index
+        out.print(f"{escape(i.channel)}: release {i.release} of {escape(i.app)} at "
+                  f"{i.percent}% (steps {','.join(map(str, i.steps))}), max-fail "
+                  f"{i.max_fail}{' [red]paused[/]' if i.paused else ''}; "
+                  f"{st.failed} of {st.tried} device(s) that tried it failed")
+    colour = {"failed": "red", "refused": "red", "unreadable": "red", "interrupted": "yellow",
+              "waiting": "yellow", "paused": "yellow"}
+    for r in st.reports:
+        what = r.problem or r.detail
+        out.print(f"  [{colour.get(r.state, 'green')}]{r.state}[/] {escape(r.device)} current "
+                  f"{r.current or '-'} {escape(what)}")
+    if not st.reports:
+        out.print("  no device has reported yet")

@@ -26,6 +26,10 @@ from edgekit.toolchain.runner import run_tool
 SUITE = "bookworm"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 READY_MARK = ".edgekit-rootfs-ready"
+# the SFTP server (deploys), curl (the pull agent, agent.sh); a rootfs built without one of
+# them (its program missing) is built again
+PACKAGES = ("openssh-sftp-server", "curl")
+PROGRAMS = ("usr/lib/openssh/sftp-server", "usr/bin/curl")
 ROOT_SETUP = "as root, once: apt-get install qemu-user-static binfmt-support mmdebstrap uidmap"
 
 
@@ -72,7 +76,7 @@ def build_argv(tarball: Path, mirror: str | None) -> list[str]:
     """mmdebstrap's command line: a minimal arm64 Debian with the SFTP server, as a tarball.
     Not root: mode unshare (the user's /etc/subuid range owns the files while it builds)."""
     return ["mmdebstrap", "--mode=auto", "--architectures=arm64", "--variant=minbase",
-            "--include=openssh-sftp-server", "--format=tar", SUITE, str(tarball),
+            f"--include={','.join(PACKAGES)}", "--format=tar", SUITE, str(tarball),
             *([mirror] if mirror else [])]
 
 
@@ -80,7 +84,7 @@ def ensure_rootfs(on_progress=None) -> Path:
     """The arm64 rootfs, built on first use (a few minutes), afterwards reused."""
     root = rootfs_path()
     check_qemu_binfmt()
-    if (root / READY_MARK).is_file():
+    if (root / READY_MARK).is_file() and all((root / p).exists() for p in PROGRAMS):
         return root
     if not shutil.which("mmdebstrap"):
         raise LabSetupError("mmdebstrap is not installed (it builds the arm64 userland)",
