@@ -2,17 +2,9 @@ import pytest
 
 from edgekit.device.bench import (latency_stats, parse_conditions, per_call_ms,
                                   unreliable_reasons)
-from edgekit.models.bench import BenchResult, Conditions
+from edgekit.models.bench import Conditions
+from tests.fixtures.bench_results import CALM, result
 
-CALM = Conditions(cores=4, cpu_busy_pct=2.0)
-
-def result(samples, release="r1", id="a", rounds=()) -> BenchResult:
-    return BenchResult(id=id, created_at="2026-01-01T00:00:00", device="d", device_arch="x86_64",
-                       app="app", release=release, target="host",
-                       config={"threads": 1, "driver": "local-task"},
-                       latency=latency_stats(samples, rounds), peak_rss_kb=1, before=CALM,
-                       after=CALM,
-                       reliable=True)
 
 def test_per_call_times_come_from_iteration_rows_in_ms():
     report = {"benchmarks": [

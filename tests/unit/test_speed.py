@@ -7,20 +7,10 @@ import re
 import pytest
 
 from edgekit import speed
-from edgekit.device.bench import latency_stats
 from edgekit.device.history import compare
-from edgekit.models.bench import BenchResult, Conditions
+from tests.fixtures.bench_results import result
 from edgekit.speed import FASTER, SLOWER, WITHIN_NOISE, PairedRounds, verdict
 
-CALM = Conditions(cores=4, cpu_busy_pct=2.0)
-
-
-def result(samples, release="r1", id="a", rounds=()) -> BenchResult:
-    return BenchResult(id=id, created_at="2026-01-01T00:00:00", device="d", device_arch="x86_64",
-                       app="app", release=release, target="host",
-                       config={"threads": 1, "driver": "local-task"},
-                       latency=latency_stats(samples, rounds), peak_rss_kb=1, before=CALM,
-                       after=CALM, reliable=True)
 
 
 # --- the rule ------------------------------------------------------------------------------------
