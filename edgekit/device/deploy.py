@@ -29,6 +29,7 @@ from edgekit.config.address import safe_name
 from edgekit.config.recipe import Hooks
 from edgekit.config.profiles import Target
 from edgekit.device import layout, preflight
+from edgekit.device.accuracy import run_gates
 from edgekit.device import npu_preflight as npu_probe
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
@@ -70,6 +71,7 @@ class DeployResult:
     variants_skipped: tuple[str, ...] = ()  # variants passed over, and why
     npu: str | None = None          # an NPU release: what the NPU preflight found, or that
                                     # --cpu-fallback deployed the CPU module without it
+    accuracy: dict = field(default_factory=dict)  # what the accuracy gates measured
 
 
 def preflight_target(conn: Transport, target: Target, cpu_fallback: bool = False
@@ -230,6 +232,9 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                     f"activated; {kept}", report=report,
                     hint=_mismatch_hint(m.backend, info))
 
+            # accuracy gates (issue 38: validation.repeat, validation.dataset): accuracy.py
+            accuracy = run_gates(conn, bundle, layout.release_dir(app, release), runtime,
+                                 shims, on_stage=stage)
             journal_event(conn, app, "validated", release)
             measured: dict = {}
             if gate is not None:
@@ -260,7 +265,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                         seconds=round(now - started, 3), stage_seconds=stage_seconds,
                         gate=measured, signer=signer,
                         variant=variant.name if variant else None, variants_skipped=skipped,
-                        npu=npu)
+                        npu=npu, accuracy=accuracy)
 
 
 def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
