@@ -2,7 +2,7 @@
 # runs.sh RUNTIME_DIR RELEASE_DIR OUT_DIR repeat SAMPLE R: validation sample SAMPLE run R times
 # (run.sh), run r's outputs in OUT_DIR/r/ — the determinism gate compares them on the host.
 # runs.sh RUNTIME_DIR RELEASE_DIR OUT_DIR dataset IN_DIR FIRST COUNT NINPUTS: dataset samples
-# FIRST .. FIRST+COUNT-1, sample i's inputs IN_DIR/i_j.npy (j < NINPUTS), its outputs in
+# FIRST .. FIRST+COUNT-1, sample i's inputs IN_DIR/ds-i-j.npy (j < NINPUTS), its outputs in
 # OUT_DIR/i/. One command per batch: the host pays one round trip, not one per run.
 # iree-run-module has no repeat flag (IREE 3.13): each run is its own process and load.
 set -eu
@@ -30,7 +30,7 @@ case $mode in
     while [ "$i" -lt $((first + count)) ]; do
       files= ; j=0
       while [ "$j" -lt "$ninputs" ]; do
-        files="$files $in/${i}_$j.npy"; j=$((j + 1))
+        files="$files $in/ds-$i-$j.npy"; j=$((j + 1))
       done
       EDGEKIT_INPUTS=$files sh "$here/run.sh" "$runtime" "$release" "$out/$i" 0
       i=$((i + 1))
