@@ -312,15 +312,6 @@ class Recipe(Frozen):
         return quantize
 
     @pydantic.model_validator(mode="after")
-    def _dataset_not_built_yet(self) -> "Recipe":
-        # refused, not ignored: a gate the build would silently leave out proves nothing
-        if self.validation.dataset is not None:
-            raise ValueError("`validation.dataset`: edgekit build does not attach a dataset "
-                             "to bundles yet (issue 38; deploy gates bundles that carry one: "
-                             "edgekit.pipeline.dataset.with_dataset)")
-        return self
-
-    @pydantic.model_validator(mode="after")
     def _dynamic_dims_declared(self) -> "Recipe":
         for spec in self.inputs:
             for dim in spec.shape:

@@ -64,9 +64,3 @@ def test_the_recipe_keys_check_their_values():
     with pytest.raises(ValueError, match="expected one of: top1, top5, mse, cosine"):
         DatasetGate(samples="s.npz", labels="y.npy", metric="accuracy")
 
-
-def test_a_recipe_with_a_dataset_gate_is_refused_until_the_build_attaches_it():
-    from edgekit.config.recipe import Recipe
-    with pytest.raises(ValueError, match="does not attach a dataset"):
-        Recipe.model_validate({"name": "m", "model": {"python": "m:f"}, "validation": {
-            "dataset": {"samples": "s.npz", "labels": "y.npy"}}})
