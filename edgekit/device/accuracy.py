@@ -38,7 +38,7 @@ def run_gates(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,
         if m.tolerances.repeat > 1:
             on_stage(f"determinism: {m.tolerances.repeat} runs per sample")
             measured["repeat"] = check_determinism(conn, bundle, release_dir, runtime, shims)
-        if m.dataset is not None and dataset:
+        if m.dataset is not None and (dataset or m.dataset.everywhere):
             on_stage(f"dataset: {m.dataset.count} samples, {m.dataset.metric}")
             measured["dataset"] = check_dataset(conn, bundle, release_dir, runtime, shims)
     except ValidationFailed:

@@ -156,7 +156,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                   hooks: Hooks | None = None, hooks_when_current: bool = False,
                   fallback: str | None | bool = False,
                   allow_unsigned: bool = False, cpu_fallback: bool = False,
-                  allow_downgrade: bool = False) -> DeployResult:
+                  allow_downgrade: bool = False, dataset: bool = True) -> DeployResult:
     """Deploy a built bundle on a connected device (see the module docstring for the order).
     Its signature is checked here and again on the device; `allow_unsigned` (the user's
     explicit opt-out, journaled on the device) deploys a bundle whose signature is missing
@@ -166,7 +166,9 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     not held to it. An NPU release needs the NPU its profile names (npu_preflight), unless
     `cpu_fallback` deploys its IREE CPU module without it. `hooks` run after activation (also when the release was already current
     if `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
-    release that was current before) and HealthGateFailed is raised."""
+    release that was current before) and HealthGateFailed is raised. `dataset`: run the
+    bundle's dataset gate (a fleet runs it on its first wave only, unless the bundle says
+    `everywhere`)."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -234,7 +236,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
 
             # accuracy gates (issue 38: validation.repeat, validation.dataset): accuracy.py
             accuracy = run_gates(conn, bundle, layout.release_dir(app, release), runtime,
-                                 shims, on_stage=stage)
+                                 shims, on_stage=stage, dataset=dataset)
             journal_event(conn, app, "validated", release)
             measured: dict = {}
             if gate is not None:

@@ -15,7 +15,9 @@ from edgekit.pipeline.dataset import with_dataset
 from edgekit.toolchain.iree import run_module
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.validate.dataset import score
+from edgekit.models import events as ev
 from tests.local.conftest import current_of, device_journal
+from tests.local.test_fleet import fleet_file, roll
 
 pytestmark = pytest.mark.local
 
@@ -42,11 +44,12 @@ def labelled(builds, tmp_path_factory):
     return samples, host_outputs(bundle, samples, tmp_path_factory.mktemp("host"))
 
 
-def gated(bundle, bundle_copy, samples, labels, reference, metric="top1"):
+def gated(bundle, bundle_copy, samples, labels, reference, metric="top1", everywhere=False):
     def attach(directory):
         manifest = with_dataset(directory, bundle.manifest,
                                 DatasetGate(samples="x.npz", labels="y.npy", metric=metric,
-                                            max_drop=0.01), samples, labels, reference)
+                                            max_drop=0.01, everywhere=everywhere),
+                                samples, labels, reference)
         write_manifest(directory, manifest)
         sign_bundle(directory)
     return bundle_copy(bundle, attach)
@@ -88,3 +91,17 @@ def test_mse_against_the_hosts_outputs_is_zero_on_the_device(make_device, v2, bu
     result = deploy_bundle(make_device(), gated(v2, bundle_copy, samples[:5], targets[:5],
                                                 0.0, metric="mse"))
     assert result.accuracy["dataset"]["measured"] < 1e-8
+
+
+@pytest.mark.parametrize("everywhere", [False, True])
+def test_a_fleet_scores_the_set_on_its_canary_wave_only_unless_everywhere(
+        tmp_path, v2, bundle_copy, labelled, everywhere):
+    samples, outs = labelled
+    labels = np.array([int(np.argmax(o[0])) for o in outs[:8]])
+    bundle = gated(v2, bundle_copy, samples[:8], labels, 1.0, everywhere=everywhere)
+    fleet = fleet_file(tmp_path, 3, rollout="{canary: 1, waves: [100%]}")
+    seen = []
+    assert roll(fleet, bundle, on_event=seen.append).status == "completed"
+    done = {e.device: e.dataset for e in seen if isinstance(e, ev.DeviceDone)}
+    assert done["d1"]["measured"] == 1.0 and done["d1"]["samples"] == 8
+    assert (done["d2"] is not None, done["d3"] is not None) == (everywhere, everywhere)
