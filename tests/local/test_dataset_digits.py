@@ -6,10 +6,8 @@ same mis-calibrated model) but loses most of its accuracy: the dataset gate refu
 
 import json
 
-import numpy as np
 import pytest
 
-from edgekit.api.build import BuildOptions, build
 from edgekit.device.deploy import deploy_bundle
 from edgekit.errors import ValidationFailed
 from edgekit.models.bundle import MANIFEST
@@ -18,41 +16,12 @@ from tests.local.conftest import current_of, set_manifest
 
 pytestmark = pytest.mark.local
 
-FIXTURE = digits.__file__
-LIMIT = 200
-RECIPE = f"""name: digits
-model:
-  python: "{FIXTURE}:digits_mlp"
-inputs:
-  - name: image
-    shape: [1, 64]
-    low: 0.0
-    high: 1.0
-validation:
-  top1: always
-  dataset: {{samples: test.npz, labels: labels.npy, metric: top1, max_drop: 0.01,
-            limit: {LIMIT}}}
-"""
+LIMIT = digits.LIMIT
 
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("digits")
-    x, _, xt, yt = digits.data()
-    np.savez(folder / "test.npz", image=xt)
-    np.save(folder / "labels.npy", yt)
-    np.savez(folder / "calib.npz", image=x[:256])
-    np.savez(folder / "constant.npz", image=np.full((64, 1, 64), 0.05, np.float32))
-    made = {}
-    for name, quantize in (("fp32", ""), ("int8", "quantize: {mode: int8, calibration: "
-                                                   "calib.npz}\n"),
-                           ("miscalibrated", "quantize: {mode: int8, calibration: "
-                                             "constant.npz}\n")):
-        recipe = folder / f"{name}.yaml"
-        recipe.write_text(RECIPE + quantize)
-        made[name] = build(BuildOptions(recipe=recipe, target="host",
-                                        out=folder / name)).bundle
-    return made
+    return digits.build_digits(tmp_path_factory.mktemp("digits"))
 
 
 def test_the_build_stores_the_float_models_score_and_the_set(bundles):
