@@ -159,6 +159,10 @@ def check_dataset(conn: Transport, bundle: Bundle, release_dir: str, runtime: st
                 _remove(conn, out_dir)
     measured = score(note.metric, outputs, labels)
     refused = refusal(note.metric, note.reference_score, measured, note.max_drop)
+    # in the device's journal: `fleet status` shows the score of the release it validated
+    journal_event(conn, m.app, "scored", release_dir.rsplit("/", 1)[-1], {
+        "metric": note.metric, "reference_score": note.reference_score,
+        "measured": measured, "drop": drop(note.metric, note.reference_score, measured)})
     if refused:
         raise ValidationFailed(
             f"{refused} ({note.count} samples on {conn.where}); the release was not activated",

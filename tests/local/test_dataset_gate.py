@@ -17,7 +17,10 @@ from edgekit.toolchain.signing import sign_bundle
 from edgekit.validate.dataset import score
 from edgekit.models import events as ev
 from tests.local.conftest import current_of, device_journal
-from tests.local.test_fleet import fleet_file, roll
+from edgekit.config.fleet import load_fleet
+from edgekit.fleet.status import fleet_status
+from tests.local.conftest import APP
+from tests.local.test_fleet import fleet_file, roll, root
 
 pytestmark = pytest.mark.local
 
@@ -105,3 +108,19 @@ def test_a_fleet_scores_the_set_on_its_canary_wave_only_unless_everywhere(
     done = {e.device: e.dataset for e in seen if isinstance(e, ev.DeviceDone)}
     assert done["d1"]["measured"] == 1.0 and done["d1"]["samples"] == 8
     assert (done["d2"] is not None, done["d3"] is not None) == (everywhere, everywhere)
+    rows = {r.device: r.last_validation for r in fleet_status(load_fleet(fleet), APP)}
+    assert rows["d1"].dataset == "top1 1.0000 (ref 1.0000)"
+    assert (rows["d3"].dataset is not None) == everywhere
+
+
+def test_fleet_status_leaves_out_a_score_the_device_wrote_wrong(tmp_path, v2, bundle_copy,
+                                                                labelled):
+    samples, outs = labelled
+    labels = np.array([int(np.argmax(o[0])) for o in outs[:4]])
+    fleet = fleet_file(tmp_path, 1)
+    assert roll(fleet, gated(v2, bundle_copy, samples[:4], labels, 1.0)).status == "completed"
+    journal = root(tmp_path, "d1") / ".edgekit" / "apps" / APP / "journal.jsonl"
+    text = journal.read_text().replace('"metric": "top1"', '"metric": "top1[red]x"')
+    journal.write_text(text)
+    (row,) = fleet_status(load_fleet(fleet), APP)
+    assert row.last_validation.ok and row.last_validation.dataset is None
