@@ -57,3 +57,19 @@ def test_a_miscalibrated_int8_build_passes_golden_outputs_but_not_the_dataset_ga
     result = deploy_bundle(device, bundle_copy(bundles["miscalibrated"], golden_only))
     assert result.activated and result.report.ok and "dataset" not in result.accuracy
     assert json.loads((bundles["miscalibrated"].path / MANIFEST).read_text())["dataset"]
+
+
+def test_a_golden_reference_scores_the_quantized_model_itself(make_device, bundles):
+    """`reference: golden`: the reference is the model the golden outputs come from — for the
+    mis-calibrated build, its own (poor) quantized reference: the device reproduces it, so
+    the gate passes; it measures the device's fidelity, not the quantization's cost."""
+    from edgekit.api.build import BuildOptions, build
+    folder = bundles["miscalibrated"].path.parent
+    recipe = folder / "golden-ref.yaml"
+    recipe.write_text((folder / "miscalibrated.yaml").read_text().replace(
+        "metric: top1,", "metric: top1, reference: golden,"))
+    bundle = build(BuildOptions(recipe=recipe, target="host", out=folder / "golden-ref")).bundle
+    note = bundle.manifest.dataset
+    assert note.reference == "golden" and note.reference_score < 0.5
+    score = deploy_bundle(make_device(), bundle).accuracy["dataset"]
+    assert abs(score["drop"]) <= 0.01, score
