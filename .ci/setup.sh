@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
-              qemu-user-static binfmt-support mmdebstrap uidmap chromium procps)
+              qemu-user-static binfmt-support mmdebstrap uidmap chromium procps
+              mender-artifact mender-client)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -32,10 +33,14 @@ fi
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r .ci/requirements.txt
 python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps -e .
 
-# NPU compilers in their own venvs under the cache (conflicting pins: tosa-tools numpy < 2.2,
-# executorch): ExecuTorch's Arm backend, tosa-tools and Vela for the Ethos-U tests (tests/npu)
-python3 -m edgekit toolchains install npu
+# NPU compilers in their own venvs (conflicting pins: tosa-tools numpy < 2.2, executorch):
+# ExecuTorch's Arm backend, tosa-tools and Vela for the Ethos-U tests (tests/npu). Installed
+# in the machine's shared folder, readable by every user (edgekit looks there after the
+# user's own cache; root's cache would serve root alone); kept when already there.
+SHARED_TOOLCHAINS=/opt/edgekit/toolchains
+(umask 022 && EDGEKIT_TOOLCHAINS_DIR=$SHARED_TOOLCHAINS python3 -m edgekit toolchains install npu)
 
 # The Rockchip NPU compiler (rknn-toolkit2: Rockchip's proprietary licence, accepted here for
-# CI) in its own venv under the cache; kept when already there.
-python3 -m edgekit toolchains install rknn --accept-licence
+# CI) in its own venv in the same shared folder; kept when already there.
+(umask 022 && EDGEKIT_TOOLCHAINS_DIR=$SHARED_TOOLCHAINS \
+    python3 -m edgekit toolchains install rknn --accept-licence)

@@ -33,9 +33,19 @@ class EdgekitError(Exception):
         return self.what
 
     def __str__(self) -> str:
-        what = self._shown(self._what())
-        head = f"{self._shown(self.where)}: {what}" if self.where else what
+        head = self.headline()
         return f"{head}\n  hint: {self._shown(self.hint)}" if self.hint else head
+
+    def headline(self) -> str:
+        """The first line: where, what (no hint)."""
+        what = self._shown(self._what())
+        return f"{self._shown(self.where)}: {what}" if self.where else what
+
+    def as_json(self) -> dict:
+        """The error as `--json` prints it: {"error", "exit", "hint", "kind"}."""
+        return {"error": self.headline(), "exit": self.exit_code,
+                "hint": self._shown(self.hint) if self.hint else None,
+                "kind": type(self).__name__}
 
 
 def printable(text: str) -> str:
@@ -237,6 +247,13 @@ class RemoteCommandFailed(DeviceError):
                                 self.stderr_tail, self.hint)
 
 
+class DeviceOutOfSpace(DeviceError):
+    """The device has no room for the release: found at preflight (nothing was uploaded), the
+    same code as a disk that fills during the upload (a command on the device that failed)."""
+
+    exit_code = 15
+
+
 class DeviceAnswerRefused(DeviceError):
     """What a device sent back is refused before edgekit uses it: a file larger than what was
     asked implies, a link or device where a regular file belongs, a number that is not finite
@@ -283,7 +300,7 @@ EXIT_CODES: dict[str, int] = {
                 BundleError, CannotRunHere, ValidationFailed, UninformativeGolden,
                 BenchRegression, DeviceError,
                 DeviceUnreachable, AuthFailed, HostKeyUnknown, HostKeyChanged, DeviceIncompatible,
-                RemoteCommandFailed, DeviceAnswerRefused, HealthGateFailed, RolloutHalted,
-                LabSetupError, BundleNotTrusted, Interrupted)
+                RemoteCommandFailed, DeviceOutOfSpace, DeviceAnswerRefused, HealthGateFailed,
+                RolloutHalted, LabSetupError, BundleNotTrusted, Interrupted)
 }
 """Every exit code the CLI gives besides 0 (ok), by error class name."""

@@ -7,8 +7,9 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny_models.py"
 # The arm64 rootfs is built once per machine (a few minutes) and shared by every run.
-# The CLI prints a progress line per step when stderr is piped; tests read stderr for the one-line
-# errors, so the commands they run stay quiet (the lines themselves: tests/unit/test_cli_truth.py)
+# The CLI prints a progress line per step when stderr is piped; tests read stderr for the
+# one-line errors, so the commands they run stay quiet (the lines themselves:
+# tests/unit/test_render_decisions.py)
 os.environ.setdefault("EDGEKIT_PROGRESS", "none")
 os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
                       str(Path.home() / ".cache" / "edgekit" / "lab" / "rootfs-arm64-bookworm"))
@@ -26,12 +27,51 @@ TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "inte
          "onnx_suite": "onnx_suite", "npu": "npu"}
 
 
+# Parallel workers (pytest-xdist; pyproject's addopts: `-n auto --dist loadgroup`). Tests
+# that share something run on one worker, in order: the lab tiers share the lab devices
+# (addresses on 127.0.0.x, one lab per machine); a file of compiler tests shares the builds
+# its tests make (cache hits); the corpus shares its models; the local fleet tests keep their
+# latency gates off the CPUs that the rollout under load burns; a file whose tests share a
+# module-scoped fixture (a built bundle) builds it once. The rest go one by one.
+SHARED = {"device": "lab", "faults": "lab", "lab": "lab", "corpus": "corpus"}
+BY_FILE = ("integration", "npu", "onnx_suite")
+MOST_WORKERS = 8       # each worker imports torch (~1 GB with a build in flight)
+
+
+def xdist_group(folder: str, item: pytest.Item) -> str | None:
+    if folder in SHARED:
+        return SHARED[folder]
+    fixtures = getattr(item, "_fixtureinfo", None)
+    shares_a_module_fixture = fixtures is not None and any(
+        d.scope in ("module", "class", "package")
+        for defs in fixtures.name2fixturedefs.values() for d in defs)
+    if (folder in BY_FILE or shares_a_module_fixture
+            or (folder, item.path.name) == ("local", "test_fleet.py")):
+        return f"{folder}/{item.path.stem}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)    # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
     for item in items:
         folder = item.path.relative_to(tests).parts[0]
         if folder in TIERS:
             item.add_marker(TIERS[folder])
+        group = xdist_group(folder, item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per CPU (at most MOST_WORKERS), or PYTEST_XDIST_AUTO_NUM_WORKERS;
+    none (this process) when the command line names test files or tests: starting workers
+    costs more than a file's tests. `-n 0` runs everything in this process."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if config.args and all(".py" in arg for arg in config.args):
+        return 0
+    return max(1, min(len(os.sched_getaffinity(0)), MOST_WORKERS))
 
 
 @pytest.fixture(scope="session", autouse=True)

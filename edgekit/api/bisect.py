@@ -75,7 +75,18 @@ class BisectResult:
         return self.first is not None
 
 
-def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None) -> BisectResult:
+def bisect(options: BisectOptions, say: Callable[[str], None] = lambda _: None,
+           html: Path | None = None) -> BisectResult:
+    """Bisect; with `html`, also write the error profile there as an HTML report."""
+    result = _bisect_either(options, say)
+    if html:
+        from edgekit.report.bisect_html import render_bisect
+        html.write_text(render_bisect(f"edgekit bisect: {result.app} for {result.target}",
+                                      summary(result), _html_levels(result)))
+    return result
+
+
+def _bisect_either(options: BisectOptions, say: Callable[[str], None]) -> BisectResult:
     if bool(options.host) == bool(options.local):
         raise ConfigError("say where the build fails: --host DEVICE or --local", key="host",
                           hint="edgekit bisect --recipe R --target T --host user@addr")
@@ -227,3 +238,38 @@ if [ -z "$host" ]; then
 fi
 exec edgekit deploy "$here/bundle" --host "$host"
 """
+
+
+def where_of(row: TapResult) -> str:
+    """The op, its module and the module's type: where a tap is."""
+    return f"{row.tap.op} in '{row.tap.module or '(model)'}' ({row.tap.module_type})"
+
+
+def summary(result: BisectResult) -> list[str]:
+    """The verdict, the reproducer, the notes and the time taken: a line each."""
+    lines = []
+    if result.first is None:
+        every = all(r.check.ok for level in result.levels for r in level.rows)
+        lines.append(f"no divergence: {'every tap agrees' if every else 'the outputs agree'} "
+                     f"with the reference on {result.where}")
+    else:
+        c = result.first.check
+        cos = f"{c.cosine:.6f}" if c.cosine is not None else "undefined"
+        lines.append(f"first divergence: {where_of(result.first)}: max abs error "
+                     f"{c.max_abs_error:.3g}, cosine {cos} ({'; '.join(c.problems)})")
+    if result.reproducer:
+        r = result.reproducer
+        alone = "fails the same way" if r.reproduced else "agrees: it fails only inside the model"
+        lines.append(f"reproducer: {r.script} (the op alone {alone})")
+    lines.extend(result.notes)
+    steps = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items() if k != "total")
+    lines.append(f"took {result.seconds.get('total', 0):.1f} s ({steps})")
+    return lines
+
+
+def _html_levels(result: BisectResult):
+    from edgekit.report.bisect_html import ProfileRow
+    return [(level.name, [ProfileRow(r.tap.module, r.tap.op, r.check.max_abs_error,
+                                     r.check.cosine, r.check.ok,
+                                     r.fp32.max_abs_error if r.fp32 else None)
+                          for r in level.rows]) for level in result.levels]

@@ -10,6 +10,8 @@ from edgekit.config.profiles import Target
 # torch-free imports only: a hit found from the model's sources (pipeline/source_key.py) never
 # imports torch; the pipeline, the tuner and check load when a build needs them
 from edgekit.pipeline.build_types import BuildOptions, BuildResult, Steering
+# an NPU build's summary lines, as its family tells them, for the CLI's renderer
+from edgekit.pipeline.npu.registry import summary as npu_summary
 from edgekit.pipeline.source_key import hit_from_sources
 
 
@@ -37,4 +39,4 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     return pipeline.build(options, on_stage)
 
 
-__all__ = ["BuildOptions", "BuildResult", "build", "recorded_steering"]
+__all__ = ["BuildOptions", "BuildResult", "build", "npu_summary", "recorded_steering"]

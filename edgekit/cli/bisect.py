@@ -10,10 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli import complete, render
-from edgekit.cli.main import HOST_HELP, IDENTITY, TRUST_PICKLE, cli, handle_errors
+from edgekit.cli.common import HOST_HELP, IDENTITY, JSON, TRUST_PICKLE, handle_errors
 
 
-@cli.command()
+@click.command()
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML",
               shell_complete=complete.recipes)
 @click.option("--target", help="target profile name or YAML path (with --recipe)",
@@ -31,7 +31,7 @@ from edgekit.cli.main import HOST_HELP, IDENTITY, TRUST_PICKLE, cli, handle_erro
               help="reproducer directory [default: build/<app>-<target>.bisect]")
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @TRUST_PICKLE
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @handle_errors
 def bisect(recipe: Path | None, target: str | None, bundle: Path | None, no_tuned: bool,
            host: str | None, local: bool, identity: Path | None,
@@ -41,54 +41,26 @@ def bisect(recipe: Path | None, target: str | None, bundle: Path | None, no_tune
     PyTorch; writes that op alone as a reproducer bundle with a reproduce.sh. Builds as
     `edgekit build` would (a tuned choice included), or as --bundle's manifest says it was
     built. Exit 0 when nothing diverges, 8 when something does."""
-    from edgekit.api.bisect import BisectOptions, bisect as run_bisect
+    from edgekit.api.bisect import BisectOptions, bisect as run_bisect, summary, where_of
     from edgekit.errors import ValidationFailed
     options = BisectOptions(recipe=recipe, target=target, host=host, local=local,
                             identity=identity, out=out, trust_pickle=trust_pickle,
                             bundle=bundle, use_tuned=not no_tuned)
-    with render.err.status("bisecting…") as status:
-        result = run_bisect(options, say=status.update)
+    with render.status("bisecting…") as status:
+        result = run_bisect(options, say=status.update, html=html)
     if as_json:
         render.emit_json(_json(result))
     else:
         for level in result.levels:
             render.out.print(_table(level, result.quantization))
-        for line in _summary(result):
+        for line in summary(result):
             render.out.print(escape(line), highlight=False)
-    if html:
-        from edgekit.report.bisect_html import render_bisect
-        html.write_text(render_bisect(f"edgekit bisect: {result.app} for {result.target}",
-                                      _summary(result), _html_levels(result)))
-        if not as_json:
-            render.out.print(f"HTML report: {escape(str(html))}")
+    if html and not as_json:
+        render.out.print(f"HTML report: {escape(str(html))}")
     if result.diverges:
-        raise ValidationFailed(f"{_where(result.first)} leaves tolerance on {result.where}",
+        raise ValidationFailed(f"{where_of(result.first)} leaves tolerance on {result.where}",
                                report=None, hint=f"reproducer: {result.reproducer.script}"
                                if result.reproducer else None)
-
-
-def _where(row) -> str:
-    return f"{row.tap.op} in '{row.tap.module or '(model)'}' ({row.tap.module_type})"
-
-
-def _summary(result) -> list[str]:
-    lines = []
-    if result.first is None:
-        every = all(r.check.ok for level in result.levels for r in level.rows)
-        lines.append(f"no divergence: {'every tap agrees' if every else 'the outputs agree'} "
-                     f"with the reference on {result.where}")
-    else:
-        c = result.first.check
-        cos = f"{c.cosine:.6f}" if c.cosine is not None else "undefined"
-        lines.append(f"first divergence: {_where(result.first)}: max abs error "
-                     f"{c.max_abs_error:.3g}, cosine {cos} ({'; '.join(c.problems)})")
-    if result.reproducer:
-        r = result.reproducer
-        lines.append(f"reproducer: {r.script} (the op alone "
-                     f"{'fails the same way' if r.reproduced else 'agrees: it fails only inside the model'})")
-    lines.extend(result.notes)
-    lines.append(f"took {result.seconds.get('total', 0):.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in result.seconds.items() if k != 'total')})")
-    return lines
 
 
 def _table(level, quantization: str | None) -> Table:
@@ -109,14 +81,6 @@ def _table(level, quantization: str | None) -> Table:
         cells.append("ok" if c.ok else "[red]beyond tolerance[/red]")
         table.add_row(*cells)
     return table
-
-
-def _html_levels(result):
-    from edgekit.report.bisect_html import ProfileRow
-    return [(level.name, [ProfileRow(r.tap.module, r.tap.op, r.check.max_abs_error,
-                                     r.check.cosine, r.check.ok,
-                                     r.fp32.max_abs_error if r.fp32 else None)
-                          for r in level.rows]) for level in result.levels]
 
 
 def _json(result) -> dict:

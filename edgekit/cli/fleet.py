@@ -9,12 +9,12 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.cli.main import WIDE, cli, examples, handle_errors
+from edgekit.cli.common import JSON, WIDE, examples, handle_errors
 
 FLEET_HELP = "fleet.yaml, or an Ansible inventory (INI or YAML)"
 
 
-@cli.group()
+@click.group()
 def fleet() -> None:
     """Roll a model out to a fleet in waves, gated on numerics and latency."""
 
@@ -54,6 +54,8 @@ def _renderers() -> dict[type, Callable]:
         ev.BuildStarted: lambda e: f"building for {escape(e.target)}…",
         ev.RolloutStarted: lambda e: f"start rollout {e.rollout}",
         ev.RolloutResumed: lambda e: f"resume rollout {e.rollout}",
+        ev.AlreadyFinished: lambda e: f"rollout {e.rollout} had finished ({e.status}): "
+                                      "nothing to resume; its result:",
         ev.WaveStarted: lambda e: f"[bold]wave {e.wave}[/]: {len(e.devices)} device(s)",
         ev.DeviceDone: _device_done,
         ev.Halted: lambda e: f"[red]halted[/]: {escape(e.reason)}",
@@ -67,13 +69,11 @@ def _renderers() -> dict[type, Callable]:
 def _progress(event) -> None:
     render_line = _renderers().get(type(event))
     if render_line is not None:
-        render.err.print(render_line(event), highlight=False)
+        render.progress(render_line(event))
 
 
 def _show(result, as_json: bool, html: Path | None) -> None:
-    if html:
-        from edgekit.report.fleet_html import write_fleet_report
-        write_fleet_report(result, html)
+    """The result (its HTML report, if asked for, is written by the api call)."""
     if as_json:
         render.emit_json(result.model_dump(mode="json"))
     else:
@@ -122,7 +122,7 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
               help="devices already running the release: deploy and validate them again "
                    "(default: their files are verified, one command each)")
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @WIDE
 @handle_errors
 def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurrency, max_fail,
@@ -137,32 +137,32 @@ def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurren
                                   policy=overrides, keep=keep, use_cache=not no_cache,
                                   cpu_fallback=cpu_fallback, revalidate=revalidate,
                                   allow_downgrade=allow_downgrade),
-                    on_event=_progress)
+                    on_event=_progress, html=html)
     _finish(result, as_json, html)
 
 
 @fleet.command("resume")
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @WIDE
 @handle_errors
 def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
     """Continue an interrupted rollout [default: the newest unfinished one]."""
-    from edgekit.fleet.rollout import resume
-    _finish(resume(rollout, on_event=_progress), as_json, html)
+    from edgekit.api.fleet import resume
+    _finish(resume(rollout, on_event=_progress, html=html), as_json, html)
 
 
 @fleet.command("report")
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @WIDE
 @handle_errors
 def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
     """Show a rollout's result from its journal [default: the newest]."""
-    from edgekit.fleet.rollout import rollout_result
-    _show(rollout_result(rollout), as_json, html)
+    from edgekit.api.fleet import report
+    _show(report(rollout, html=html), as_json, html)
 
 
 @fleet.command("status")
@@ -171,26 +171,19 @@ def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
 @click.option("--app", help="app name [default: the --recipe's name]")
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML (for its name)")
 @click.option("--limit", help="only these devices: a device or group name, or label=value")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @WIDE
 @handle_errors
 def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: str | None,
                  as_json: bool) -> None:
     """Every device's current release, runtime version and last validation."""
-    from edgekit.config.fleet import load_fleet
-    from edgekit.config.recipe import load_recipe
-    from edgekit.errors import ConfigError
-    from edgekit.fleet.status import fleet_status as read_status
-    if (app is None) == (recipe is None):
-        raise ConfigError("give exactly one of --app or --recipe", key="app")
-    name = app or load_recipe(recipe).name
-    chosen = load_fleet(fleet_file).select(limit)
-    with render.steps(f"reading {len(chosen.devices)} device(s)…"):
-        rows = read_status(chosen, name, concurrency=chosen.rollout.concurrency)
+    from edgekit.api.fleet import status
+    with render.steps("") as progress:
+        found = status(fleet_file, app, recipe, limit, on_progress=progress.update)
     if as_json:
-        render.emit_json([r.model_dump(mode="json") for r in rows])
+        render.emit_json([r.model_dump(mode="json") for r in found.devices])
     else:
-        render.fleet_status_table(name, rows)
+        render.fleet_status_table(found.app, found.devices)
 
 
 @fleet.command("export-ansible")
@@ -200,11 +193,17 @@ def fleet_status(fleet_file: Path, app: str | None, recipe: Path | None, limit: 
 @click.option("--out", required=True, type=click.Path(path_type=Path),
               help="directory for the playbook, inventory, bundles and device programs")
 @click.option("--limit", help="only these devices: a device or group name, or label=value")
+@JSON
 @handle_errors
-def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str | None) -> None:
+def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str | None,
+                         as_json: bool) -> None:
     """Write an Ansible playbook + inventory doing the same staged rollout."""
     from edgekit.api.fleet import export_ansible
     written = export_ansible(fleet_file, recipe, out, limit=limit)
+    if as_json:
+        render.emit_json({"playbook": str(written.playbook), "inventory": str(written.inventory),
+                          "config": str(written.config), "command": written.command()})
+        return
     render.out.print(f"wrote {written.playbook}, {written.inventory} and {written.config}\n"
                      f"run: {written.command()}\n"
                      "(the devices need python3: Ansible's modules run on them)",
@@ -214,14 +213,14 @@ def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str |
 @fleet.command("check-outputs")
 @click.argument("release", type=click.Path(path_type=Path))
 @click.argument("outputs", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @handle_errors
 def fleet_check_outputs(release: Path, outputs: Path, as_json: bool) -> None:
     """Compare a device's outputs (the exported playbook's tar, or a directory:
     sample_<k>/output_<i>.npy) with every validation sample of a release's golden outputs
     (what the exported Ansible playbook runs on the controller). Exit 8 when they differ."""
+    from edgekit.api.fleet import check_outputs
     from edgekit.errors import ValidationFailed
-    from edgekit.fleet.outputs_check import check_outputs
     report = check_outputs(release, outputs)
     if as_json:
         render.emit_json(report.model_dump(mode="json"))

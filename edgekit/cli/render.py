@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -31,7 +32,7 @@ from edgekit.errors import printable
 if TYPE_CHECKING:  # the build pipeline imports torch: not for `edgekit --help`
     from edgekit.models.fleet import FleetDeviceStatus
     from edgekit.models.report import ValidationReport
-    from edgekit.pipeline.build import BuildResult
+    from edgekit.api.build import BuildResult
 
 _CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x00, 0x20), *range(0x7f, 0xa0))
              if chr(c) not in "\n\t"}
@@ -72,6 +73,39 @@ class SafeConsole(Console):
 out = SafeConsole()
 err = SafeConsole(stderr=True)
 wide = False     # --wide: tables at their natural width, nothing wrapped or abbreviated
+verbosity = 0    # -q: -1 (no progress lines), -v: 1 (each step a line, timed), -vv: 2
+json_emitted = False   # a command's --json document is out: an error after it stays on stderr
+
+
+def set_verbosity(level: int) -> None:
+    """`-q`/`-v`: see `verbosity`. -v also lets edgekit's own loggers through (-vv: debug)."""
+    global verbosity
+    verbosity = level
+    if level > 0:
+        import logging
+        logger = logging.getLogger("edgekit")
+        if not any(getattr(h, "edgekit_verbose", False) for h in logger.handlers):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("edgekit: %(name)s: %(message)s"))
+            handler.edgekit_verbose = True
+            logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if level > 1 else logging.INFO)
+
+
+def progress(text: str, markup: bool = True) -> None:
+    """One progress line on stderr (a rollout's event, a check's step); -q hides it."""
+    if verbosity >= 0:
+        err.print(text, highlight=False, markup=markup, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def status(text: str):
+    """A spinner on a terminal (nothing when piped), none with -q; yields `.update(text)`."""
+    if verbosity < 0:
+        yield _Silent()
+    else:
+        with err.status(text) as shown:
+            yield shown
 
 
 def set_wide(value: bool) -> None:
@@ -124,6 +158,8 @@ def named(where: str) -> str:
 
 
 def emit_json(data) -> None:
+    global json_emitted
+    json_emitted = True
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
@@ -168,8 +204,8 @@ def build_summary(result: BuildResult) -> None:
 def npu_summary(note) -> None:
     """The NPU part, as its family tells it (pipeline/npu): where ops run, what validated its
     numbers, the compiler's estimate (never a measurement: labelled so)."""
-    from edgekit.pipeline.npu.registry import summary
-    for line in summary(note):
+    from edgekit.api.build import npu_summary
+    for line in npu_summary(note):
         out.print(f"[{line.style}]{escape(line.text)}[/]" if line.style else escape(line.text))
 
 
@@ -313,7 +349,7 @@ def deploy_json(result) -> dict:
 def probe_table(device: str, info) -> None:
     table = fitted_table(escape(device), [("key", "short"), ("value", "text")],
                          show_header=False)
-    from edgekit.device.probe import hwcap_features
+    from edgekit.api.devices import hwcap_features
     flags = " ".join(info.cpu_flags)
     if not flags and hwcap_features(info):    # emulated: what the kernel says, not the host
         flags = " ".join(hwcap_features(info)) + " (from AT_HWCAP)"
@@ -336,12 +372,15 @@ class _Lines:
 
     def __init__(self, text: str):
         self._last = ""
+        self._started = time.monotonic()
         self.update(text)
 
     def update(self, text: str) -> None:
         if text and text != self._last:
             self._last = text
-            err.print(f"edgekit: {text}", highlight=False, soft_wrap=True)
+            # -v: when each step began, to see where the time goes
+            at = f"[{time.monotonic() - self._started:6.1f} s] " if verbosity > 0 else ""
+            err.print(f"edgekit: {at}{text}", highlight=False, soft_wrap=True)
 
 
 class _Silent:
@@ -353,9 +392,12 @@ def progress_mode() -> str:
     """EDGEKIT_PROGRESS: `auto` (a spinner or bar on a terminal, a line per step when stderr
     is piped), `lines`, or `none` (for scripts that parse stderr)."""
     mode = os.environ.get("EDGEKIT_PROGRESS", "auto")
+    if verbosity < 0:
+        return "none"
     if mode == "auto":
-        return "live" if err.is_terminal else "lines"
-    return mode if mode in ("lines", "none") else "live"
+        mode = "live" if err.is_terminal else "lines"
+    mode = mode if mode in ("lines", "none") else "live"
+    return "lines" if verbosity > 0 and mode == "live" else mode
 
 
 @contextlib.contextmanager

@@ -8,14 +8,14 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import complete, render
-from edgekit.cli.main import HOST_HELP, WIDE, cli, examples, handle_errors
+from edgekit.cli.common import HOST_HELP, JSON, WIDE, examples, handle_errors
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
 
 
-@cli.command(epilog=examples(
+@click.command(epilog=examples(
     "edgekit tune --recipe recipes/resnet18.yaml --target host   # measure here",
     "edgekit tune --recipe recipes/kws_mlp.yaml --target rpi4 --host HOST",
     "edgekit tune --recipe recipes/resnet18.yaml --target host --dispatches 3"))
@@ -49,7 +49,7 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
               help="tile-size candidates per dispatch with --dispatches")
 @click.option("--no-cache", is_flag=True, help="rebuild the candidates")
 @WIDE
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@JSON
 @handle_errors
 def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
          lowerings: str | None, flag_sets: str | None, threads: str | None,
@@ -60,7 +60,7 @@ def tune(recipe: Path, target: str, host: str | None, identity: Path | None,
     """Build, validate and benchmark lowering × flag set × threads variants; record the
     fastest valid one so that `build` and `deploy` use it."""
     from edgekit.errors import ConfigError
-    from edgekit.tune.tuner import TuneOptions, tune as run_tune
+    from edgekit.api.tune import TuneOptions, tune as run_tune
     try:
         thread_counts = tuple(int(t) for t in _csv(threads)) if threads else None
     except ValueError:
@@ -84,7 +84,7 @@ def tuning_table(record) -> None:
     """Candidates fastest first; the speed-up is against the untuned build at the same thread
     count, paired round by round, with its noise. At terminal width the failures' reasons
     follow the table (--wide: in it)."""
-    from edgekit.tune.tuner import paired_gain
+    from edgekit.api.tune import paired_gain
     table = render.fitted_table(
         f"tuning {record.app} for {record.target} (measured on {record.measured_on}, "
         f"{record.measured_in})",

@@ -38,8 +38,9 @@ from edgekit.device.releases import (activate, clean_leftovers, current_release,
                                      protected_releases, prune_releases, record_newest,
                                      scratch_token, verify_release)
 from edgekit.device.trust import check_signature, install_signers
-from edgekit.errors import (BundleError, CannotRunHere, DeviceIncompatible, EdgekitError,
-                            HealthGateFailed, RemoteCommandFailed, ValidationFailed)
+from edgekit.errors import (BundleError, CannotRunHere, DeviceIncompatible, DeviceOutOfSpace,
+                            EdgekitError, HealthGateFailed, RemoteCommandFailed,
+                            ValidationFailed)
 from edgekit.models.bundle import (DISPATCH_CONFIGS, Bundle, MANIFEST, MODULE, NPU, SIGNATURE,
                                    VARIANTS, sha256_file)
 from edgekit.models.report import OutputComparison, ValidationReport
@@ -185,8 +186,13 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     stage("preflight")
     info = probe(conn)
     payload = sum(bundle.file(f).stat().st_size for f in m.files)
-    refuse_if(preflight.problems(m, info, payload), conn, info, m.backend,
+    refuse_if(preflight.problems(m, info), conn, info, m.backend,
               nothing_done="nothing was uploaded")
+    if (full := preflight.space_problem(info, payload)) is not None:
+        raise DeviceOutOfSpace(full, where=conn.where,
+                               hint="nothing was uploaded; free space on the device (its "
+                                    "~/.edgekit holds the releases: `deploy --keep` keeps "
+                                    "fewer), then deploy again")
     npu = npu_preflight(conn, Target.model_validate(m.target_profile), cpu_fallback)
     variant, skipped = preflight.pick_variant(m, info)
     if m.variants:

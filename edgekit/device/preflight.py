@@ -9,14 +9,20 @@ from edgekit.models.bundle import Manifest, ModuleVariant
 MIN_GLIBC = (2, 28)  # the IREE runtime wheels the device tools come from are manylinux_2_28
 
 
-def problems(manifest: Manifest, info: DeviceInfo, payload_bytes: int) -> list[str]:
+def problems(manifest: Manifest, info: DeviceInfo) -> list[str]:
     """Reasons the device cannot run the bundle (empty: it can)."""
-    found = target_problems(Target.model_validate(manifest.target_profile), info,
-                            arch=manifest.arch, bundle=True)
+    return target_problems(Target.model_validate(manifest.target_profile), info,
+                           arch=manifest.arch, bundle=True)
+
+
+def space_problem(info: DeviceInfo, payload_bytes: int) -> str | None:
+    """Why the release does not fit on the device's disk (None: it fits, or the device did not
+    say). A disk that is full is no reason the device cannot run the code: it is answered
+    apart, with the exit code of a disk that fills during the upload."""
     if info.free_kb and info.free_kb * 1024 < payload_bytes * 1.2:
-        found.append(f"only {info.free_kb // 1024} MiB free under .edgekit; the upload needs "
-                     f"{payload_bytes * 1.2 / 2**20:.1f} MiB")
-    return found
+        return (f"only {info.free_kb // 1024} MiB free under .edgekit; the upload needs "
+                f"{payload_bytes * 1.2 / 2**20:.1f} MiB")
+    return None
 
 
 def target_problems(profile: Target, info: DeviceInfo, arch: str | None = None,

@@ -63,14 +63,31 @@ def rollback(conn: Transport, app: str, shims: str, to: str | None = None) -> tu
     names = {name for name, _ in list_releases(conn, app)}
     target = to or previous_release(activation_history(conn, app), current)
     if target is None or target not in names:
-        choices = ", ".join(sorted(names - {current})) or "none"
-        missing = f" ({target!r} is not on the device)" if target else ""
-        raise ConfigError(f"no release to roll back to{missing}", key="to",
-                          hint=f"releases on the device besides current: {choices}")
+        raise _nothing_to_roll_back_to(conn, app, current, names, target)
     verify_release(conn, app, target, shims)
     activate(conn, app, target, shims)
     journal_event(conn, app, "rollback", target)
     return current or "", target
+
+
+def _nothing_to_roll_back_to(conn: Transport, app: str, current: str | None, names: set[str],
+                             target: str | None) -> ConfigError:
+    """Why there is no rollback target, and what makes one."""
+    listing = f"`edgekit releases {conn.where} --app {app}` lists the releases on the device"
+    if target is not None:
+        choices = ", ".join(sorted(names - {current})) or "none"
+        return ConfigError(f"no release to roll back to ({target!r} is not on the device)",
+                           key="to", hint=f"releases on the device besides current: {choices}; "
+                                          f"{listing}")
+    if current is None:
+        return ConfigError(f"no release to roll back to: {app} has no current release on the "
+                           "device", where=conn.where,
+                           hint=f"deploy it first (`edgekit deploy`); {listing}")
+    return ConfigError(
+        f"no release to roll back to: {current} (current) is the only release of {app} ever "
+        "activated on the device; deploying the same build again makes no new release (a "
+        "release is its bundle's content)", where=conn.where,
+        hint=f"deploy another build of {app} first, then roll back to this one; {listing}")
 
 
 def verify_release(conn: Transport, app: str, release: str, shims: str) -> None:

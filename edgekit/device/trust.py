@@ -4,14 +4,12 @@ signature again (and every sha256) before a release is activated or rolled back 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from pathlib import Path
 
 from edgekit.device import layout
 from edgekit.errors import BundleNotTrusted, RemoteCommandFailed
 from edgekit.models.bundle import MANIFEST, SIGNATURE, Bundle, sha256_file
-from edgekit.toolchain.signing import trusted_signers, verify_bundle
+from edgekit.toolchain.signing import key_fingerprint, trusted_signers, verify_bundle
 from edgekit.transport.base import Transport
 
 # verify.sh reads /etc/edgekit/allowed_signers when an administrator installed one, else this
@@ -68,13 +66,7 @@ def _key_of(line: str) -> str | None:
 def signer_fingerprint_of(line: str) -> str:
     """OpenSSH's SHA256 fingerprint of an allowed_signers entry's key ("" if none)."""
     key = _key_of(line)
-    if key is None:
-        return ""
-    try:
-        blob = base64.b64decode(key.split()[1], validate=True)
-    except ValueError:
-        return ""
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    return "" if key is None else key_fingerprint(key)
 
 
 def merged_signers(device: str, ours: str) -> str:

@@ -213,6 +213,23 @@ def small_cnn():
     return _realistic(SmallCNN(), (1, 3, 32, 32)), (torch.randn(1, 3, 32, 32),)
 
 
+class ConvMean(nn.Module):
+    """A convolution, then a mean over the image: README's bisect example (SPIR-V built for
+    Mali's Valhall, run on Mesa's llvmpipe, gets the mean wrong)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean(dim=(2, 3))
+
+
+def conv_mean():
+    torch.manual_seed(3)
+    return ConvMean().eval(), (torch.randn(1, 3, 16, 16),)
+
+
 def transformer_block():
     """One pre-norm encoder layer (attention + MLP), sequence 16, width 64."""
     _seeded()

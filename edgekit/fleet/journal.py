@@ -8,7 +8,6 @@ Rollouts live in $EDGEKIT_HOME/fleet/<id>/: plan.json, journal.jsonl, bundles/<t
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pydantic
+from filelock import FileLock, Timeout
 
 from edgekit.config.paths import edgekit_home
 from edgekit.errors import ConfigError
@@ -161,15 +161,18 @@ def read_events(directory: Path) -> list[RolloutEvent]:
 @contextmanager
 def exclusive(directory: Path):
     """One process drives a rollout at a time (the lock dies with the process)."""
-    with (directory / "lock").open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"rollout {directory.name} is being driven by another edgekit "
-                              "process", key="rollout",
-                              hint="wait for it, or stop it and run `edgekit fleet resume`") \
-                from None
+    lock = FileLock(directory / "lock", blocking=False, fallback_to_soft=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ConfigError(f"rollout {directory.name} is being driven by another edgekit "
+                          "process", key="rollout",
+                          hint="wait for it, or stop it and run `edgekit fleet resume`") \
+            from None
+    try:
         yield
+    finally:
+        lock.release()
 
 
 @dataclass

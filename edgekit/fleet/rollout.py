@@ -49,7 +49,7 @@ from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
 from edgekit.models.bundle import MODULE, VARIANTS, Bundle, load_bundle
-from edgekit.models.events import (BuildStarted, DeviceDone, DevicePreflight,
+from edgekit.models.events import (AlreadyFinished, BuildStarted, DeviceDone, DevicePreflight,
                                    DeviceRolledBack, DeviceStarted,
                                    DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
                                    RolloutResumed, RolloutStarted, WaveDone, WaveStarted)
@@ -131,7 +131,20 @@ def merged_hooks(recipe: Recipe, fleet: Fleet) -> Hooks:
 
 
 def resume(rollout_id: str | None = None, on_event: Progress | None = None) -> FleetResult:
-    directory = jr.find_rollout(rollout_id, unfinished=True)
+    """Continue rollout `rollout_id` (default: the newest unfinished one) where its journal
+    stopped. A rollout that had finished (the newest, when none is unfinished) is not run
+    again: its result is returned as the journal has it, after an AlreadyFinished event."""
+    try:
+        directory = jr.find_rollout(rollout_id, unfinished=True)
+    except ConfigError:
+        if rollout_id is not None:
+            raise
+        directory = jr.find_rollout(None, unfinished=False)    # "no rollouts yet" if none
+    finished = jr.replay(jr.read_events(directory)).finished
+    if finished is not None:
+        if on_event is not None:
+            on_event(AlreadyFinished(rollout=directory.name, status=finished.status))
+        return rollout_result(directory.name)
     plan = jr.load_plan(directory)
     with jr.exclusive(directory), jr.Journal(directory, on_event) as journal:
         journal.write(RolloutResumed(rollout=plan.id))

@@ -39,8 +39,7 @@ from edgekit.config.devices import DeviceEntry, load_registry, save_registry
 from edgekit.config.paths import edgekit_home, known_hosts_path
 from edgekit.config.schema_base import Frozen, load_model_map, save_model_map
 from edgekit.errors import ConfigError, EdgekitError, LabSetupError
-from edgekit.lab.procs import Proc, alive, identify, send
-from edgekit.lab.reaper import descendants
+from edgekit.lab.procs import Proc, alive, command_line, identify, send, tree
 from edgekit.lab.rootfs import ensure_rootfs
 from edgekit.toolchain.runner import run_tool
 from edgekit.config.address import parse_address
@@ -71,7 +70,7 @@ class LabDevice(Frozen):
     host_home: str = ""     # ... and on this machine ("" : the same path)
     uid: int = -1           # a device user created by an older, root-only lab (-1: none)
     pid: int = 0            # the host pid of the device's process tree root (reaper.py) ...
-    pid_started: int = 0    # ... and its start time: a recycled pid is never taken for it
+    pid_started: float = 0  # ... and its start time: a recycled pid is never taken for it
 
     @property
     def process(self) -> Proc:
@@ -385,9 +384,8 @@ def _stop(device: LabDevice) -> None:
         if not alive(device.process):
             return
         time.sleep(0.1)
-    for pid in descendants(device.pid):             # a reaper that does not answer
-        if (proc := identify(pid)) is not None:
-            send(proc, signal.SIGKILL)
+    for proc in tree(device.process):               # a reaper that does not answer
+        send(proc, signal.SIGKILL)
     send(device.process, signal.SIGKILL)
 
 
@@ -400,11 +398,5 @@ def _register(device: LabDevice) -> None:
 
 def command_lines(device: LabDevice) -> list[str]:
     """The command lines of every process the device runs now (its tree below the reaper)."""
-    lines = []
-    for pid in descendants(device.pid) if _running(device) else []:
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        lines.append(raw.replace(b"\0", b" ").decode(errors="replace").strip())
-    return lines
+    lines = (command_line(proc) for proc in tree(device.process))
+    return [line.strip() for line in lines if line is not None]

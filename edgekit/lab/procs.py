@@ -1,5 +1,5 @@
 """Processes the lab started, named so that a recycled pid is never taken for them: a pid
-together with its start time (clock ticks after boot, field 22 of /proc/<pid>/stat)."""
+together with its start time (psutil's `create_time`), and the process trees below them."""
 
 from __future__ import annotations
 
@@ -8,27 +8,56 @@ import signal
 from pathlib import Path
 from typing import NamedTuple
 
+import psutil
+
 
 class Proc(NamedTuple):
     pid: int
-    started: int
+    started: float          # psutil's create_time(): seconds since the epoch
 
 
-def start_time(pid: int) -> int | None:
+def start_time(pid: int) -> float | None:
     """When `pid` started, or None when there is no such (living, unreaped) process."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
+        process = psutil.Process(pid)
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        return process.create_time()
+    except (psutil.Error, ValueError):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()   # from field 3 (the state) on
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
 
 
 def identify(pid: int) -> Proc | None:
     started = start_time(pid)
     return None if started is None else Proc(pid, started)
+
+
+def tree(proc: Proc) -> list[Proc]:
+    """Every process below `proc` (its children, theirs, ...), none when `proc` is gone."""
+    if not alive(proc):
+        return []
+    try:
+        below = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for child in below:
+        try:
+            found.append(Proc(child.pid, child.create_time()))
+        except psutil.Error:
+            continue            # ended meanwhile
+    return found
+
+
+def command_line(proc: Proc) -> str | None:
+    """`proc`'s command line as one string (None when it is gone or is another process)."""
+    try:
+        process = psutil.Process(proc.pid)
+        if process.create_time() != proc.started:
+            return None
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return None
 
 
 def alive(proc: Proc) -> bool:

@@ -128,11 +128,20 @@ class Finished(_Event):
     status: Literal["completed", "halted"]
 
 
+class AlreadyFinished(_Event):
+    """`fleet resume` of a rollout that had finished: nothing is run again; its result is
+    the journal's (progress only: not journaled)."""
+
+    event: Literal["already-finished"] = "already-finished"
+    rollout: str
+    status: Literal["completed", "halted"]
+
+
 RolloutEvent = Annotated[
     BuildStarted | DevicePreflight | RolloutStarted | RolloutResumed | WaveStarted
     | DeviceStarted | DeviceStep
     | DeviceDone | WaveDone | Halted | DeviceRolledBack | JournalRepaired | Interrupted
-    | Finished,
+    | Finished | AlreadyFinished,
     pydantic.Field(discriminator="event")]
 
 EVENTS: pydantic.TypeAdapter[RolloutEvent] = pydantic.TypeAdapter(RolloutEvent)

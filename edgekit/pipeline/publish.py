@@ -6,6 +6,10 @@ under an exclusive lock on `.<name>.lock` next to it; a deploy of a published bu
 under the shared lock, so it ships one whole bundle that no later build can change underneath
 the upload. (Measured before: 3 of 3 concurrent deploys of one recipe failed with a false
 sha256 mismatch or journaled a good release as rejected.)
+
+The lock is flock(2) itself, not filelock (which edgekit's other locks use): it needs a shared
+mode, and filelock's only reader/writer lock is an SQLite database, which a reader must be able
+to write beside the bundle.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ Keys (paths in config/paths.py):
 from __future__ import annotations
 
 import base64
-import fcntl
 import getpass
 import hashlib
 import os
@@ -29,6 +28,8 @@ import struct
 import sys
 import tempfile
 from pathlib import Path
+
+from filelock import FileLock
 
 from edgekit.config.paths import allowed_signers_path, signing_key_path
 from edgekit.errors import BundleNotTrusted, ConfigError, ToolError
@@ -123,8 +124,26 @@ def signer_fingerprint(signature: Path) -> str:
         key = blob[14:14 + length]
     except (OSError, ValueError, struct.error, UnicodeDecodeError):
         return "unreadable signature"
-    digest = base64.b64encode(hashlib.sha256(key).digest()).decode().rstrip("=")
-    return f"key SHA256:{digest}"
+    (size,) = struct.unpack(">I", key[:4])
+    found = key_fingerprint(f"{key[4:4 + size].decode(errors='replace')} "
+                            f"{base64.b64encode(key).decode()}")
+    return f"key {found}" if found else "unreadable signature"
+
+
+def key_fingerprint(public: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a public key line (`type base64 [comment]`), from
+    `ssh-keygen -l` (it knows every key type OpenSSH signs with; paramiko has no sk- keys),
+    or "" when ssh-keygen cannot read it."""
+    try:
+        shown = run_tool(["ssh-keygen", "-l", "-E", "sha256", "-f", "-"],
+                         input=public.encode() + b"\n", what="fingerprinting a key",
+                         timeout=60, hint=INSTALL_HINT)
+    except ToolError as exc:
+        if exc.returncode == 127:
+            raise
+        return ""
+    fields = shown.stdout.decode(errors="replace").split()
+    return fields[1] if len(fields) > 1 and fields[1].startswith("SHA256:") else ""
 
 
 def signing_key() -> Path:
@@ -178,8 +197,7 @@ def _create_key(key: Path) -> None:
     a lock: two first builds at once must end with one key)."""
     key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(key.parent, 0o700)
-    with open(key.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(key.parent / ".lock", fallback_to_soft=False):
         if key.is_file():
             return
         with tempfile.TemporaryDirectory(prefix=".new-", dir=key.parent) as tmp:
@@ -192,8 +210,7 @@ def _create_key(key: Path) -> None:
             os.replace(fresh.with_name(fresh.name + ".pub"), key.with_name(key.name + ".pub"))
             os.replace(fresh, key)
         public = key.with_name(key.name + ".pub").read_text().split()
-        digest = hashlib.sha256(base64.b64decode(public[1])).digest()
-        fingerprint = "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+        fingerprint = key_fingerprint(" ".join(public[:2]))
         # said, not silent: a new key signs every bundle from now on, and devices trust it
         sys.stderr.write(f"edgekit: no bundle signing key yet: created {key} ({public[0]} "
                          f"{fingerprint}); bundles it signs are trusted by "

@@ -1,11 +1,15 @@
 """Toolchains whose pins conflict with edgekit's own (NPU compilers) live in their own venvs.
 
-`edgekit toolchains install npu|rknn` (and `.ci/setup.sh`) creates them under
-`<cache>/toolchains/<name>` (or $EDGEKIT_TOOLCHAINS_DIR/<name>); edgekit runs programs in them
-by subprocess, with files (npz/JSON) as the protocol, never by importing them: tosa-tools pins
-numpy < 2.2, rknn-toolkit2 torch <= 2.4. A venv counts as installed once its marker
-(`edgekit-toolchain.json`, written last, with the installed versions) is there and records
-every current pin; the versions go into manifests and build cache keys.
+`edgekit toolchains install npu|rknn` creates them for the user who runs it, under
+`<cache>/toolchains/<name>` (or $EDGEKIT_TOOLCHAINS_DIR/<name>). edgekit looks for them there
+first, then in the shared folder /opt/edgekit/toolchains (or $EDGEKIT_SHARED_TOOLCHAINS_DIR),
+which an administrator fills once for every user of the machine (`.ci/setup.sh` does, as
+root: root's own cache is no other user's). edgekit runs programs in them by subprocess, with
+files (npz/JSON) as the
+protocol, never by importing them: tosa-tools pins numpy < 2.2, rknn-toolkit2 torch <= 2.4.
+A venv counts as installed once its marker (`edgekit-toolchain.json`, written last, with the
+installed versions) is there and records every current pin; the versions go into manifests
+and build cache keys.
 """
 
 from __future__ import annotations
@@ -23,13 +27,25 @@ from edgekit.errors import ConfigError, ToolchainMissing
 from edgekit.toolchain.runner import run_tool
 
 MARKER = "edgekit-toolchain.json"
+SHARED = Path("/opt/edgekit/toolchains")
 
 
 def toolchains_root() -> Path:
-    """<cache>/toolchains, or $EDGEKIT_TOOLCHAINS_DIR: the venvs outlive a build cache that
-    is thrown away (the test suite's own cache finds the toolchains `.ci/setup.sh` made)."""
+    """Where `install` puts venvs: <cache>/toolchains, or $EDGEKIT_TOOLCHAINS_DIR (the venvs
+    outlive a build cache that is thrown away; the test suite's own cache finds them)."""
     env = os.environ.get("EDGEKIT_TOOLCHAINS_DIR")
     return Path(env).expanduser() if env else cache_root() / "toolchains"
+
+
+def shared_root() -> Path:
+    """The machine's toolchains, installed once for every user."""
+    env = os.environ.get("EDGEKIT_SHARED_TOOLCHAINS_DIR")
+    return Path(env).expanduser() if env else SHARED
+
+
+def search_roots() -> tuple[Path, ...]:
+    """Where venvs are looked for, in order: the user's own, then the machine's."""
+    return tuple(dict.fromkeys((toolchains_root(), shared_root())))
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,11 @@ class Toolchain:
     licence: str | None = None                # must be accepted before installing
 
     def directory(self) -> Path:
+        """Its installed venv (the user's before the machine's), else where `install` puts
+        it."""
+        for root in search_roots():
+            if self._complete(root / self.name):
+                return root / self.name
         return toolchains_root() / self.name
 
     def main_packages(self) -> tuple[str, ...]:
@@ -53,10 +74,14 @@ class Toolchain:
         return self.directory() / "bin" / "python"
 
     def installed(self) -> bool:
-        """Its marker is there and records every pinned package at its pin (a venv made for
-        older pins counts as not installed: `install` makes it again)."""
+        """One of the search roots has it: its marker is there and records every pinned
+        package at its pin (a venv made for older pins counts as not installed: `install`
+        makes it again)."""
+        return any(self._complete(root / self.name) for root in search_roots())
+
+    def _complete(self, where: Path) -> bool:
         try:
-            found = json.loads((self.directory() / MARKER).read_text())["versions"]
+            found = json.loads((where / MARKER).read_text())["versions"]
         except (OSError, ValueError, KeyError):
             return False
         return all(found.get(name) == version for name, version in
@@ -112,9 +137,11 @@ def python_of(name: str) -> Path:
     command when it is not installed."""
     chain = toolchain(name)
     if not chain.installed():
-        raise ToolchainMissing(f"the {name} toolchain ({chain.purpose}) is not installed",
-                               hint=f"`{install_command(name)}` installs it in its own venv "
-                                    f"under {chain.directory().parent}")
+        looked = " or ".join(str(root) for root in search_roots())
+        raise ToolchainMissing(f"the {name} toolchain ({chain.purpose}) is not installed "
+                               f"(looked in {looked})",
+                               hint=f"run `{install_command(name)}`: it installs it for you, "
+                                    f"in its own venv under {toolchains_root()}")
     return chain.python()
 
 

@@ -16,13 +16,14 @@ returns into paramiko keys.
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import hmac
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from filelock import FileLock
 
 from edgekit.config.stamped import StampedCache
 
@@ -103,8 +104,7 @@ def pin_line(path: Path, name: str, key_type: str, key_base64: str, *,
     the file rewritten without `name`'s earlier keys. Written to a temporary file and renamed
     over the old one, so a reader never sees half a file."""
     # one writer at a time, across threads and processes (`lab up --count 8` pins in parallel)
-    with _lock, open(path.with_name(f".{path.name}.lock"), "a") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
+    with _lock, FileLock(path.with_name(f".{path.name}.lock"), fallback_to_soft=False):
         _pin_locked(path, name, key_type, key_base64, replace)
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import base64
 import errno
-import hashlib
 import logging
-import random
 import secrets
 import select
 import shlex
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import paramiko
+import tenacity
 
 from edgekit.config.paths import known_hosts_path
 from edgekit.config.timeouts import Timeouts
@@ -45,9 +44,10 @@ from edgekit.transport.base import (MIN_TRANSFER_RATE, SPACE_HINT, TAIL_MAX_BYTE
 
 # A refused or dropped connection is retried (sshd restarting, or over its MaxStartups: it
 # drops connections before its banner); a deadline that passed is not (the device is silent,
-# and it would only multiply the wait). Backoff 0.5, 1, 2, 4 s, each jittered so that a fleet
-# turned away together does not come back together.
+# and it would only multiply the wait). Backoff "full jitter" (tenacity): uniform in
+# [0.25 s, 1, 2, 4, 4 s] so that a fleet turned away together does not come back together.
 CONNECT_ATTEMPTS = 5
+_BACKOFF = tenacity.wait_random_exponential(multiplier=1.0, min=0.25, max=4.0)
 
 # paramiko's transport thread logs each failed handshake with a traceback at ERROR, and with no
 # logging configured Python prints those to stderr (logging.lastResort): three raw tracebacks
@@ -62,9 +62,8 @@ _CLOSED_ERRORS = (paramiko.SSHException, OSError, EOFError)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint of a host key."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    """OpenSSH's SHA256 fingerprint of a host key (paramiko's, as `ssh-keygen -l` shows it)."""
+    return key.fingerprint
 
 
 @dataclass(frozen=True)
@@ -450,6 +449,14 @@ def _reason(exc: BaseException) -> str:
 
 # --- connecting ------------------------------------------------------------------------------
 
+def offline_hint(address: DeviceAddress) -> str:
+    """What to check when nothing answers at `address` (the device is off, elsewhere, or its
+    sshd is not running)."""
+    return (f"check the address and port ({address.host}:{address.port}), that the device is "
+            "on and reachable from this machine (network, VPN, firewall) and runs sshd; "
+            f"`edgekit probe {address}` tries it alone")
+
+
 class _Retry(Exception):
     """A connection attempt refused or dropped before we were in: worth another attempt."""
 
@@ -467,16 +474,15 @@ def connect(address: DeviceAddress, identity: Path, *,
     timeouts = timeouts or Timeouts().with_env()
     known_hosts = known_hosts or known_hosts_path()
     identity_key = _load_identity(identity, address)
-    last: _Retry | None = None
-    for attempt in range(attempts):
-        try:
-            client = _handshake(address, identity, identity_key, known_hosts, timeouts)
-            return Connection(address, client, timeouts)
-        except _Retry as exc:
-            last = exc
-        if attempt + 1 < attempts:
-            time.sleep(min(0.5 * 2.0 ** attempt, 4.0) * random.uniform(0.5, 1.5))
-    raise DeviceUnreachable(f"{last} (after {attempts} attempts)", where=str(address))
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts), wait=_BACKOFF,
+        retry=tenacity.retry_if_exception_type(_Retry), reraise=True)
+    try:
+        client = retrying(_handshake, address, identity, identity_key, known_hosts, timeouts)
+    except _Retry as last:
+        raise DeviceUnreachable(f"{last} (after {attempts} attempts)", where=str(address),
+                                hint=offline_hint(address)) from None
+    return Connection(address, client, timeouts)
 
 
 def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PKey,
@@ -488,8 +494,11 @@ def _handshake(address: DeviceAddress, identity: Path, identity_key: paramiko.PK
                                         timeout=timeouts.connect_s)
     except TimeoutError:
         raise DeviceUnreachable(f"connect: no answer within {timeouts.connect_s:g} s "
-                                "(timeouts.connect_s); is the address right and the device on?",
-                                where=where) from None
+                                "(timeouts.connect_s)", where=where,
+                                hint=offline_hint(address)) from None
+    except socket.gaierror as exc:      # no such host name: another attempt will not find it
+        raise DeviceUnreachable(f"connect: cannot resolve {address.host} ({_reason(exc)})",
+                                where=where, hint=offline_hint(address)) from None
     except OSError as exc:
         raise _Retry("connect", _reason(exc)) from None
     _refuse_a_non_ssh_greeting(sock, where, timeouts)
@@ -614,7 +623,8 @@ def fetch_host_key(address: DeviceAddress, timeouts: Timeouts | None = None
         sock = socket.create_connection((address.host, address.port),
                                         timeout=timeouts.connect_s)
     except OSError as exc:
-        raise DeviceUnreachable(f"connect: {_reason(exc)}", where=str(address)) from None
+        raise DeviceUnreachable(f"connect: {_reason(exc)}", where=str(address),
+                                hint=offline_hint(address)) from None
     transport = paramiko.Transport(sock)
     transport.banner_timeout = timeouts.banner_s
     try:

@@ -50,8 +50,9 @@ def test_bench_with_a_bundle_naming_dotprofile_is_refused_before_anything_is_sen
     proc = edgekit("bench", "run", fault_device.name, "--bundle", str(evil), "--rounds", "1",
                    "--repetitions", "2", "--warmup", "0", "--json")
     assert proc.returncode == 6, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "'../../../../.profile' is not one a bundle may hold" in errors[0]
+    said = json.loads(proc.stdout)       # under --json the error is the JSON document
+    assert said["exit"] == 6 and "'../../../../.profile' is not one a bundle may hold" in \
+        said["error"]
     assert "Traceback" not in proc.stderr
     assert home_listing(fault_device) == before
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from edgekit.api.bisect import BisectOptions, bisect
 from edgekit.bisect import taps as T
-from tests.integration.helpers import edgekit
+from tests.fixtures.cli import edgekit_here
 
 CONV_MEAN = 'name: {name}\nmodel:\n  python: "@TINY@:conv_mean"\n'
 
@@ -19,9 +19,9 @@ def test_bisect_names_the_mean_that_a_valhall_build_computes_wrongly_on_llvmpipe
         "extends: vulkan-generic\nvulkan:\n  target: valhall\n")
     recipe = write_recipe(CONV_MEAN.format(name="mali-bisect"))
     out, html = tmp_path / "repro", tmp_path / "bisect.html"
-    proc = edgekit("bisect", "--recipe", str(recipe), "--target",
-                   str(tmp_path / "mali-unchecked.yaml"), "--local", "--out", str(out),
-                   "--html", str(html), "--json")
+    proc = edgekit_here("bisect", "--recipe", str(recipe), "--target",
+                        str(tmp_path / "mali-unchecked.yaml"), "--local", "--out", str(out),
+                        "--html", str(html), "--json")
     assert proc.returncode == 8, proc.stderr       # a divergence: validation's exit code
     result = json.loads(proc.stdout)
     first = result["first"]
@@ -37,7 +37,7 @@ def test_bisect_names_the_mean_that_a_valhall_build_computes_wrongly_on_llvmpipe
     assert result["reproducer"]["reproduced"]
     script = (out / "reproduce.sh").read_text()
     assert "aten.mean.dim" in script and "edgekit validate" in script
-    again = edgekit("validate", str(out / "bundle"), "--local")
+    again = edgekit_here("validate", str(out / "bundle"), "--local")
     assert again.returncode == 8, again.stderr
     page = html.read_text()
     assert page.count("<svg") == 2 and "aten.mean.dim" in page
@@ -45,7 +45,7 @@ def test_bisect_names_the_mean_that_a_valhall_build_computes_wrongly_on_llvmpipe
 
 def test_bisect_of_a_correct_build_reports_no_divergence(write_recipe):
     recipe = write_recipe(CONV_MEAN.format(name="right-bisect"))
-    proc = edgekit("bisect", "--recipe", str(recipe), "--target", "vulkan-generic", "--local")
+    proc = edgekit_here("bisect", "--recipe", str(recipe), "--target", "vulkan-generic", "--local")
     assert proc.returncode == 0, proc.stderr
     assert "no divergence" in proc.stdout and "aten.mean.dim" in proc.stdout
 
@@ -141,11 +141,11 @@ def test_bisect_of_a_bundle_rebuilds_it_from_its_manifest_and_names_the_mean(
         "extends: vulkan-generic\nvulkan:\n  target: valhall\n")
     recipe = write_recipe(CONV_MEAN.format(name="mali-bundle-bisect"))
     bundle = tmp_path / "bundle"
-    built = edgekit("build", "--recipe", str(recipe), "--target", str(tmp_path / "mali-unchecked.yaml"),
-                    "--out", str(bundle))
+    built = edgekit_here("build", "--recipe", str(recipe),
+                         "--target", str(tmp_path / "mali-unchecked.yaml"), "--out", str(bundle))
     assert built.returncode == 0, built.stderr
-    proc = edgekit("bisect", "--bundle", str(bundle), "--local", "--out",
-                   str(tmp_path / "repro"), "--json")
+    proc = edgekit_here("bisect", "--bundle", str(bundle), "--local", "--out",
+                        str(tmp_path / "repro"), "--json")
     assert proc.returncode == 8, proc.stderr
     first = json.loads(proc.stdout)["first"]
     assert (first["op"], first["module_type"]) == ("aten.mean.dim", "ConvMean")
@@ -156,7 +156,7 @@ def test_bisect_of_a_bundle_rebuilds_it_from_its_manifest_and_names_the_mean(
     import shutil
     shutil.copytree(bundle, other)
     (other / "manifest.json").write_text(json.dumps(manifest))
-    refused = edgekit("bisect", "--bundle", str(other), "--local")
+    refused = edgekit_here("bisect", "--bundle", str(other), "--local")
     assert refused.returncode not in (0, 8) and "Traceback" not in refused.stderr
     assert "--recipe" in refused.stderr, refused.stderr
 

@@ -10,7 +10,7 @@ from edgekit import BuildOptions, build, validate_local
 from edgekit.errors import LoweringError, ModelLoadError
 from tests.conftest import TINY
 from tests.corpus.models import CORPUS
-from tests.integration.helpers import edgekit
+from tests.fixtures.cli import edgekit_here
 
 
 def test_non_persistent_buffers_and_tensor_constants_import_and_validate(write_recipe):
@@ -28,7 +28,7 @@ def test_a_data_dependent_branch_is_one_line_naming_the_users_source_line(write_
     assert err.value.where.startswith(f"{TINY}:")
     assert "int((x > 0).sum())" in err.value.what and "\n" not in err.value.what
     assert len(err.value.what) < 300 and "torch.where" in err.value.hint
-    proc = edgekit("build", "--recipe", str(recipe), "--target", "host")
+    proc = edgekit_here("build", "--recipe", str(recipe), "--target", "host")
     assert proc.returncode == 3
     assert len(proc.stderr.strip().splitlines()) <= 2, proc.stderr  # message + hint
 
@@ -37,7 +37,7 @@ def test_a_wrong_input_shape_is_one_line_naming_the_recipes_inputs(write_recipe)
     """Not torch.export's fake-tensor traceback nor a hint about control flow (issue 20)."""
     recipe = write_recipe('name: shape\nmodel:\n  python: "@TINY@:mlp"\n'
                           'inputs:\n  - {name: x, shape: [1, 15], dtype: float32}\n')
-    proc = edgekit("build", "--recipe", str(recipe), "--target", "host")
+    proc = edgekit_here("build", "--recipe", str(recipe), "--target", "host")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and "fake_tensor" not in proc.stderr, proc.stderr  # error + hint
@@ -61,8 +61,8 @@ def test_a_tosa_compile_failure_names_op_module_path_source_line_and_reason(writ
 
 
 def test_check_names_the_failing_ops_location_and_reuses_the_whole_model(tmp_path):
-    proc = edgekit("check", f"{TINY}:atan2_model", cwd=tmp_path,
-                   env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
+    proc = edgekit_here("check", f"{TINY}:atan2_model", cwd=tmp_path,
+                        env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("check: ")]
     # the whole model, its two lowerings, then only the op TOSA refused
@@ -81,8 +81,8 @@ def _tiny(name):
 
 def test_check_and_build_name_the_real_cause_when_the_whole_import_fails(tmp_path,
                                                                          write_recipe):
-    proc = edgekit("check", f"{TINY}:uint16_round_trip", "--json", cwd=tmp_path,
-                   env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
+    proc = edgekit_here("check", f"{TINY}:uint16_round_trip", "--json", cwd=tmp_path,
+                        env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 4, proc.stderr
     report = json.loads(proc.stdout)
     assert report["failures"]["import"] == "KeyError: torch.uint16"

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from edgekit import BuildOptions, build, validate_local
 from edgekit.errors import LoweringError, ModelLoadError
 from edgekit.examples.models import kws_mlp
-from tests.integration.helpers import edgekit
+from tests.fixtures.cli import edgekit_here
 
 
 def export_onnx(model, example, path, names=("x",)):
@@ -63,7 +63,7 @@ def test_an_onnx_model_takes_irees_onnx_input_first_and_says_so(write_recipe, tm
 
 def test_check_of_an_onnx_model_takes_it_whole_through_irees_onnx_input(tmp_path):
     acos_graph(tmp_path / "acos.onnx")
-    proc = edgekit("check", str(tmp_path / "acos.onnx"), "--json", cwd=tmp_path)
+    proc = edgekit_here("check", str(tmp_path / "acos.onnx"), "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     by_op = {o["op"]: o for o in report["ops"]}
@@ -76,12 +76,12 @@ def test_check_of_an_onnx_model_takes_it_whole_through_irees_onnx_input(tmp_path
 
 
 def test_check_reports_aten_ops_of_a_pytorch_model(tmp_path):
-    proc = edgekit("check", f"{tmp_path.parent.parent}/x.py:y", cwd=tmp_path)  # missing module
+    proc = edgekit_here("check", f"{tmp_path.parent.parent}/x.py:y", cwd=tmp_path)  # missing module
     assert proc.returncode == 3
     from tests.conftest import TINY
     # its own cache: what check learns about this shared fixture must not steer other tests
-    proc = edgekit("check", f"{TINY}:atan2_model", "--json", cwd=tmp_path,
-                   env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
+    proc = edgekit_here("check", f"{TINY}:atan2_model", "--json", cwd=tmp_path,
+                        env={"EDGEKIT_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     ops = {o["op"]: o for o in json.loads(proc.stdout)["ops"]}
     assert ops["aten::atan2"]["tosa"] is False and ops["aten::atan2"]["linalg"] is True
@@ -130,7 +130,7 @@ def test_auto_lowering_starts_with_what_check_learned(write_recipe, tmp_path):
     recipe = write_recipe("name: learned\nmodel:\n  onnx: learned.onnx\n")
     before = build(BuildOptions(recipe=recipe, target="host")).bundle.manifest.lowering
     assert [a.lowering for a in before.attempts] == ["torch"]   # IREE's ONNX input first
-    assert edgekit("check", str(tmp_path / "learned.onnx"), cwd=tmp_path).returncode == 0
+    assert edgekit_here("check", str(tmp_path / "learned.onnx"), cwd=tmp_path).returncode == 0
     # the verdict is an input of the build: the cached build made without it is not reused
     after = build(BuildOptions(recipe=recipe, target="host"))
     assert not after.cached

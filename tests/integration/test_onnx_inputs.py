@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 from edgekit import BuildOptions, build, validate_local
 from edgekit.errors import ModelLoadError
-from tests.integration.helpers import edgekit
+from tests.fixtures.cli import edgekit_here
 
 
 def save(path, nodes, inputs, outputs, opset=17, ir_version=10, initializers=()):
@@ -82,8 +82,8 @@ def test_a_4_bit_input_is_refused_in_one_line_naming_it(write_recipe, tmp_path):
     save(tmp_path / "i4.onnx", [helper.make_node("Cast", ["w"], ["y"], to=T.FLOAT)],
          [helper.make_tensor_value_info("w", T.INT4, [4])],
          [helper.make_tensor_value_info("y", T.FLOAT, [4])], opset=21)
-    proc = edgekit("build", "--recipe", str(write_recipe("model: {onnx: i4.onnx}\n")),
-                   "--target", "host", cwd=tmp_path)
+    proc = edgekit_here("build", "--recipe", str(write_recipe("model: {onnx: i4.onnx}\n")),
+                        "--target", "host", cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert "input 'w' is of type int4" in one_error(proc)
 
@@ -115,8 +115,8 @@ def test_a_shape_input_needs_samples_and_builds_with_them(write_recipe, tmp_path
          [helper.make_tensor_value_info("x", T.FLOAT, [2, 6]),
           helper.make_tensor_value_info("shape", T.INT64, [2])],
          [helper.make_tensor_value_info("y", T.FLOAT, [3, 4])])
-    proc = edgekit("build", "--recipe", str(write_recipe("model: {onnx: reshape.onnx}\n")),
-                   "--target", "host", cwd=tmp_path)
+    proc = edgekit_here("build", "--recipe", str(write_recipe("model: {onnx: reshape.onnx}\n")),
+                        "--target", "host", cwd=tmp_path)
     assert proc.returncode == 3
     assert "input 'shape' sets a shape or size of Reshape" in one_error(proc)
     assert "samples:" in proc.stderr
@@ -160,8 +160,8 @@ def test_when_no_reference_runs_random_samples_are_named_as_the_likely_cause(wri
           helper.make_tensor_value_info("r", T.INT64, [1])],
          [helper.make_tensor_value_info("y", T.FLOAT, ["n"])],
          initializers=[numpy_helper.from_array(np.array([1000], np.int64), "big")])
-    proc = edgekit("build", "--recipe", str(write_recipe("model: {onnx: tile.onnx}\n")),
-                   "--target", "host", cwd=tmp_path)
+    proc = edgekit_here("build", "--recipe", str(write_recipe("model: {onnx: tile.onnx}\n")),
+                        "--target", "host", cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     line = one_error(proc)
     assert "no reference runs the model" in line and "'r'" in line and "samples:" in line
@@ -193,7 +193,7 @@ def test_an_opset_9_zoo_cnn_named_like_gpu_0_data_0_builds_and_validates(write_r
                                                                           tmp_path):
     zoo_cnn(tmp_path / "zoo9.onnx", "gpu_0/data_0")
     recipe = write_recipe("name: zoo9\nmodel: {onnx: zoo9.onnx}\n")
-    proc = edgekit("build", "--recipe", str(recipe), "--target", "host", cwd=tmp_path)
+    proc = edgekit_here("build", "--recipe", str(recipe), "--target", "host", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "opset 9 upgraded to 17 by onnx.version_converter" in proc.stdout
     bundle = build(BuildOptions(recipe=recipe, target="host")).bundle

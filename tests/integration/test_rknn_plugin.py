@@ -45,7 +45,8 @@ def test_without_the_plugin_the_build_says_what_to_install_and_exits_5(tmp_path)
     empty = tmp_path / "cache"
     empty.mkdir()
     proc = edgekit("build", "--recipe", str(SMALL_CNN_INT8), "--target", "rk3588-npu",
-                   env={"EDGEKIT_CACHE_DIR": str(empty), "EDGEKIT_TOOLCHAINS_DIR": ""})
+                   env={"EDGEKIT_CACHE_DIR": str(empty), "EDGEKIT_TOOLCHAINS_DIR": "",
+                        "EDGEKIT_SHARED_TOOLCHAINS_DIR": str(tmp_path / "none")})
     assert proc.returncode == 5, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "rknn toolchain" in errors[0]

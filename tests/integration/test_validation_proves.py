@@ -9,7 +9,7 @@ import pytest
 
 from edgekit import BuildOptions, build, validate_local
 from edgekit.errors import UninformativeGolden
-from tests.integration.helpers import edgekit
+from tests.fixtures.cli import edgekit_here
 
 MODELS = Path(__file__).resolve().parents[1] / "fixtures" / "validation_models.py"
 
@@ -21,7 +21,7 @@ def recipe(write_recipe, factory: str, extra: str = "") -> Path:
 
 def test_a_zero_initialised_head_is_refused_in_one_line_naming_the_output(write_recipe):
     path = recipe(write_recipe, "zero_head_classifier")
-    proc = edgekit("build", "--recipe", str(path), "--target", "host")
+    proc = edgekit_here("build", "--recipe", str(path), "--target", "host")
     assert proc.returncode == 8, proc.stderr
     assert "Traceback" not in proc.stderr
     first = [line for line in proc.stderr.splitlines() if "golden output" in line]
@@ -46,7 +46,7 @@ def test_accepted_knowingly_it_builds_and_validates_by_error_alone(write_recipe,
     report = validate_local(result.bundle.path)
     out = report.outputs[0]
     assert report.ok and out.cosine is None and out.top1_agreement is None
-    proc = edgekit("validate", str(result.bundle.path), "--local", "--json")
+    proc = edgekit_here("validate", str(result.bundle.path), "--local", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["outputs"][0]["cosine"] is None
 
 

@@ -74,6 +74,7 @@ def test_the_installed_wheel_is_what_runs_and_carries_its_data(venv):
     assert Path(where["targets"]).is_relative_to(installed)
     assert Path(where["recipes"]).is_relative_to(installed)
     assert "run.sh" in where["shims"] and "probe.sh" in where["shims"]
+    assert "mender_edgekit" in where["shims"]     # the Mender update module (no .sh)
     assert where["demo_recipe"]
 
 

@@ -13,7 +13,8 @@ from edgekit.device.deploy import deploy_bundle, release_id
 from edgekit.device.releases import rollback
 from edgekit.device.layout import shims_dir
 from edgekit.device.provision import shim_version
-from edgekit.errors import DeviceIncompatible, HealthGateFailed, ValidationFailed
+from edgekit.errors import (ConfigError, DeviceIncompatible, HealthGateFailed,
+                            ValidationFailed)
 from tests.local.conftest import (APP, current_of, device_journal, rehash, releases_on,
                                   set_manifest)
 
@@ -94,6 +95,24 @@ def test_rollback_returns_to_the_previous_release_and_pruning_keeps_it(make_devi
     # current (third) and the rollback target (first) stay; second is pruned
     assert third.pruned == (second.release,)
     assert releases_on(device.root) == {third.release, first.release}
+
+
+def test_rollback_after_two_deploys_of_one_build_says_why_there_is_nothing_to_go_back_to(
+        make_device, v1):
+    device = make_device()
+    shims = shims_dir(shim_version())
+    with pytest.raises(ConfigError, match=f"{APP} has no current release on the device"):
+        rollback(device, APP, shims)
+    first = deploy_bundle(device, v1)
+    deploy_bundle(device, v1)                     # README deploys the same build twice
+    with pytest.raises(ConfigError) as err:
+        rollback(device, APP, shims)
+    assert err.value.exit_code == 2
+    assert (f"{first.release} (current) is the only release of {APP} ever activated on the "
+            "device; deploying the same build again makes no new release") in str(err.value)
+    assert err.value.hint.startswith(f"deploy another build of {APP} first")
+    assert f"`edgekit releases {device.where} --app {APP}`" in err.value.hint
+    assert current_of(device.root) == first.release
 
 
 def test_a_failing_health_hook_puts_the_previous_release_back(make_device, v1, v2):

@@ -2,6 +2,7 @@
 wave, rollback on halt, the latency gate, and a rollout killed mid-way then resumed."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -235,9 +236,13 @@ def test_an_identical_rebuild_to_fifty_devices_under_load_never_halts_on_latency
     import sys
     assert v1.manifest.files["module.vmfb"] == v2.manifest.files["module.vmfb"]
     assert release_id(v1) != release_id(v2)     # a rebuild: other samples, the same module
+    # v1 live on the fifty: rolled out to one, whose directory the others copy (fifty
+    # deploys with their validations cost seconds and are not what this test is about)
+    roll(fleet_file(tmp_path, 1), v1, max_p90_ratio=None)
+    for i in range(2, 51):
+        shutil.copytree(root(tmp_path, "d1"), root(tmp_path, f"d{i}"), symlinks=True)
     fleet = fleet_file(tmp_path, 50, rollout="{canary: 1, waves: [10%, 50%, 100%], "
                                              "concurrency: 8, gate_shared_cpus: true}")
-    roll(fleet, v1, max_p90_ratio=None)
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         result = roll(fleet, v2)           # the default gate, ×1.25, on every device
@@ -265,3 +270,28 @@ def test_an_older_build_is_refused_on_each_device_unless_the_rollout_allows_a_do
                     build_for=lambda target: v1)
     assert result.status == "completed"
     assert all(current_of(root(tmp_path, f"d{i}")) == release_id(v1) for i in (1, 2))
+
+
+def test_resuming_a_rollout_that_finished_runs_nothing_and_shows_its_result(tmp_path, v1,
+                                                                            monkeypatch):
+    import os
+    import subprocess
+    import sys
+    done = roll(fleet_file(tmp_path, 2), v1)
+    assert done.status == "completed"
+    directory = tmp_path / "home" / "fleet" / done.id            # this test's rollouts only
+    shutil.copytree(Path(done.journal).parent, directory)
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))
+    journal = (directory / "journal.jsonl").read_bytes()
+    seen = []
+    again = resume(on_event=seen.append)              # README: `edgekit fleet resume`
+    assert [type(e) for e in seen] == [ev.AlreadyFinished]
+    assert (seen[0].rollout, seen[0].status) == (done.id, "completed")
+    assert again.id == done.id and again.status == "completed"
+    assert (directory / "journal.jsonl").read_bytes() == journal      # nothing run again
+    cli = subprocess.run([sys.executable, "-m", "edgekit", "fleet", "resume"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "EDGEKIT_HOME": str(tmp_path / "home")})
+    assert cli.returncode == 0, cli.stderr
+    said = " ".join(cli.stderr.split())                 # wrapped at the terminal width
+    assert f"rollout {done.id} had finished (completed): nothing to resume" in said

@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -20,6 +19,7 @@ from edgekit.device.provision import shim_version
 from edgekit.device.releases import activate, prune_releases, rollback
 from edgekit.errors import HealthGateFailed, RemoteCommandFailed
 from edgekit.fleet.rollout import UpdateOptions, update
+from tests.fixtures.cli import edgekit_here
 from tests.fixtures.killable import edgekit_to_kill
 from tests.local.conftest import APP, RECIPE, current_of, device_journal, releases_on, set_manifest
 
@@ -179,9 +179,7 @@ def test_the_cli_refuses_a_corrupted_rollback_with_exit_15_and_one_line(make_dev
     first = deploy_bundle(device, v1)
     second = deploy_bundle(device, v2)
     corrupt(device, first.release)
-    proc = subprocess.run([sys.executable, "-m", "edgekit.cli.main", "rollback",
-                           f"local:{device.root}", "--app", APP],
-                          capture_output=True, text=True, timeout=120)
+    proc = edgekit_here("rollback", f"local:{device.root}", "--app", APP)
     assert proc.returncode == 15, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "sha256 mismatch" in proc.stderr.splitlines()[0]

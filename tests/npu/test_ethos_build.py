@@ -141,6 +141,7 @@ def test_an_op_without_integer_form_is_refused_where_there_is_no_cpu(write_recip
 def test_without_the_npu_toolchains_one_line_names_the_install(write_recipe, tmp_path,
                                                                monkeypatch):
     monkeypatch.setenv("EDGEKIT_TOOLCHAINS_DIR", str(tmp_path / "none"))
+    monkeypatch.setenv("EDGEKIT_SHARED_TOOLCHAINS_DIR", str(tmp_path / "none"))
     path = recipe(write_recipe, "cnn", f"{RECIPES}:small_cnn", f"{RECIPES}:small_cnn_calibration")
     done = edgekit("build", "--recipe", str(path), "--target", "imx93-npu")
     assert done.returncode == 5

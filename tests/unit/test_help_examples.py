@@ -17,7 +17,7 @@ MOST_USED = ["build", "deploy", "validate", "bench", "fleet update", "lab up", "
 def command_at(path: str):
     command = cli
     for name in path.split():
-        command = command.commands[name]
+        command = command.get_command(None, name)   # the root group loads it lazily
     return command
 
 

@@ -1,9 +1,7 @@
 """Hostile config files: code-running YAML tags, object arrays, alias bombs and junk are refused
 with one line naming file:line and exit 2, never a traceback (issue 17, item 11)."""
 
-import os
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,13 +13,13 @@ from edgekit.config.recipe import load_recipe
 from edgekit.config.yamlsrc import MAX_NODES
 from edgekit.errors import ConfigError
 from edgekit.pipeline.load import sample_inputs
+from tests.fixtures.cli import edgekit_here
 
 PYTHON_OBJECT = "!!python/object/apply:os.system ['touch pwned']"
 
 
 def edgekit(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    return edgekit_here(*args, cwd=cwd)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:

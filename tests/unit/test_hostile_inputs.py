@@ -12,7 +12,6 @@ import copy
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from edgekit.config.profiles import load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import BundleError, ConfigError, EdgekitError
 from edgekit.models.bundle import MANIFEST, load_bundle
+from tests.fixtures.cli import edgekit_here
 
 settings.register_profile("edgekit", max_examples=60, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow,
@@ -229,10 +229,9 @@ def test_the_valid_bases_load(tmp_path):
     load_bundle(bundle)
 
 
-# --- a sample through the CLI: exit code and stderr ------------------------------------------------
+# --- a sample through the CLI: exit code and stderr ---------------------------------------------
 def edgekit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    return edgekit_here(*args, cwd=cwd)
 
 
 def assert_exit_and_one_line(proc: subprocess.CompletedProcess, codes: set[int]) -> None:

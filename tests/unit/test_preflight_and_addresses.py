@@ -1,7 +1,7 @@
 import pytest
 
 from edgekit.config.profiles import load_target
-from edgekit.device.preflight import fitting_targets, problems
+from edgekit.device.preflight import fitting_targets, problems, space_problem
 from edgekit.device.probe import DeviceInfo, parse_probe
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import LoweringRecord, Manifest
@@ -28,32 +28,33 @@ def pi(**overrides) -> DeviceInfo:
 
 
 def test_a_pi4_bundle_fits_a_pi4():
-    assert problems(manifest("rpi4"), pi(), payload_bytes=10**6) == []
+    assert problems(manifest("rpi4"), pi()) == []
 
 
 def test_wrong_arch_missing_features_old_glibc_and_full_disk_are_named():
-    assert "x86_64" in problems(manifest("rpi4"), pi(arch="x86_64"), 1)[0]
-    lacking = problems(manifest("rpi5"), pi(), 1)  # rpi5 code uses dotprod and fp16
+    assert "x86_64" in problems(manifest("rpi4"), pi(arch="x86_64"))[0]
+    lacking = problems(manifest("rpi5"), pi())  # rpi5 code uses dotprod and fp16
     assert any("dotprod" in p for p in lacking) and any("fullfp16" in p for p in lacking)
-    assert "glibc 2.17" in problems(manifest("rpi4"), pi(glibc="2.17"), 1)[0]
-    assert "MiB free" in problems(manifest("rpi4"), pi(free_kb=100), 10**6)[0]
+    assert "glibc 2.17" in problems(manifest("rpi4"), pi(glibc="2.17"))[0]
+    assert problems(manifest("rpi4"), pi(free_kb=100)) == []     # room is asked apart
+    assert "MiB free" in space_problem(pi(free_kb=100), 10**6)
+    assert space_problem(pi(), 10**6) is None
 
 
 def test_unknown_cpu_features_do_not_block_a_deploy():
     # qemu user mode shows the host's /proc/cpuinfo and no hwcap here: unknown, not missing
     info = pi(hwcap=None, cpu_flags=("fpu", "sse2", "avx2"))
-    assert problems(manifest("rpi5"), info, 1) == []
+    assert problems(manifest("rpi5"), info) == []
 
 
 def test_vulkan_bundles_need_a_matching_vulkan_device():
     llvmpipe = DeviceInfo(arch="x86_64", vulkan_devices=("llvmpipe (LLVM 15.0.6, 256 bits)",))
     mali = DeviceInfo(arch="aarch64", vulkan_devices=("Mali-G610 r0p0",))
-    assert "no Vulkan device" in problems(manifest("vulkan-generic"),
-                                          DeviceInfo(arch="x86_64"), 1)[0]
-    assert problems(manifest("vulkan-generic"), llvmpipe, 1) == []
-    mismatch = problems(manifest("rk3588-gpu"), llvmpipe, 1)
+    assert "no Vulkan device" in problems(manifest("vulkan-generic"), DeviceInfo(arch="x86_64"))[0]
+    assert problems(manifest("vulkan-generic"), llvmpipe) == []
+    mismatch = problems(manifest("rk3588-gpu"), llvmpipe)
     assert "valhall" in mismatch[0] and "llvmpipe" in mismatch[0]
-    assert problems(manifest("rk3588-gpu"), mali, 1) == []
+    assert problems(manifest("rk3588-gpu"), mali) == []
     assert "vulkan-generic" in fitting_targets(llvmpipe, backend="vulkan-spirv")
     assert "rk3588-gpu" not in fitting_targets(llvmpipe)
 

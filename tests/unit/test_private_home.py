@@ -4,7 +4,8 @@ owner may read it (issue 17, item 12)."""
 import os
 import stat
 import subprocess
-import sys
+
+from tests.fixtures.cli import edgekit_here
 
 
 def mode(path) -> int:
@@ -12,8 +13,7 @@ def mode(path) -> int:
 
 
 def edgekit(*args: str, home) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit.cli.main", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "EDGEKIT_HOME": str(home)})
+    return edgekit_here(*args, env={"EDGEKIT_HOME": str(home)})
 
 
 def test_a_new_home_is_created_private(tmp_path):

@@ -4,8 +4,6 @@ loads one only when the user says they trust it (issue 17, item 6)."""
 import io
 import json
 import os
-import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -14,6 +12,7 @@ import torch
 from edgekit.config.recipe import load_recipe
 from edgekit.errors import ModelLoadError
 from edgekit.pipeline.frontends.torch import TorchFrontend
+from tests.fixtures.cli import edgekit_here
 
 
 class _RunsCode:
@@ -42,9 +41,6 @@ def evil_pt2(path, marker) -> None:
             dst.writestr(item, data)
 
 
-def edgekit(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgekit.cli.main", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=os.environ.copy())
 
 
 @pytest.fixture
@@ -58,7 +54,7 @@ def evil(tmp_path):
                                   ["check", "model.pt2"], ["check", "recipe.yaml"]],
                          ids=" ".join)
 def test_an_untrusted_pt2_is_refused_in_one_line_before_it_is_unpickled(evil, argv):
-    proc = edgekit(*argv, cwd=evil)
+    proc = edgekit_here(*argv, cwd=evil)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[0].startswith("error: ") and "refusing to load model.pt2" in lines[0]

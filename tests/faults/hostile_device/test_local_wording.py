@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from edgekit.device.deploy import deploy_bundle
-from edgekit.errors import RemoteCommandFailed
+from edgekit.errors import DeviceOutOfSpace, RemoteCommandFailed
 
 
 @pytest.fixture
@@ -26,3 +26,24 @@ def test_a_local_device_out_of_inodes_says_so_in_readmes_words(tiny_apps, v1):
     with pytest.raises(RemoteCommandFailed, match="no free inodes left on the device") as err:
         deploy_bundle(tiny_apps, v1)
     assert err.value.exit_code == 15 and "free space or inodes" in (err.value.hint or "")
+
+
+@pytest.fixture
+def full_disk(make_device):
+    """A local device whose ~/.edgekit is a tmpfs of one page (unmounted afterwards)."""
+    device = make_device()
+    home = device.root / ".edgekit"
+    home.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(home)], check=True)
+    yield device
+    subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+def test_a_device_without_room_is_refused_at_preflight_with_the_disk_full_exit_code(full_disk,
+                                                                                     v1):
+    with pytest.raises(DeviceOutOfSpace, match="MiB free under .edgekit; the upload needs") \
+            as err:
+        deploy_bundle(full_disk, v1)
+    assert err.value.exit_code == RemoteCommandFailed.exit_code == 15   # as when it fills later
+    assert err.value.hint.startswith("nothing was uploaded; free space on the device")
+    assert not (full_disk.root / ".edgekit" / "apps").exists()

@@ -292,7 +292,7 @@ def test_a_fleet_device_key_typo_lists_the_keys_a_device_takes(tmp_path):
 
 
 def test_validate_runs_without_local_and_still_accepts_it():
-    from edgekit.cli.main import validate
+    from edgekit.cli.validate import validate
     local = next(p for p in validate.params if p.name == "local")
     assert not local.required and local.is_flag
 
