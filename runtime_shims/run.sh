@@ -5,7 +5,8 @@
 # gives MODULE (the bundle's module this device runs; older releases: module.vmfb), DRIVER,
 # THREADS (local-task's worker count as tuned; absent: the runtime's default), FUNCTION, INPUTS (sample 0), INPUTS_<k> (sample k), NOUTPUTS and OUTPUTS (the
 # output file names: .npy, or .bin for types iree-run-module writes raw; older releases have
-# no OUTPUTS: output_<i>.npy).
+# no OUTPUTS: output_<i>.npy). EDGEKIT_INPUTS, when set, replaces the sample's inputs: input
+# files by their paths (runs.sh's dataset samples, outside the release).
 set -eu
 runtime=$1
 release=$2
@@ -22,9 +23,15 @@ set -- "--module=$release/${MODULE:-module.vmfb}" "--device=$DRIVER" "--function
 if [ "$DRIVER" = local-task ] && [ -n "${THREADS:-}" ]; then
   set -- "$@" "--task_topology_group_count=$THREADS"
 fi
-for input in $INPUTS; do
-  set -- "$@" "--input=@$release/$input"
-done
+if [ -n "${EDGEKIT_INPUTS:-}" ]; then
+  for input in $EDGEKIT_INPUTS; do
+    set -- "$@" "--input=@$input"
+  done
+else
+  for input in $INPUTS; do
+    set -- "$@" "--input=@$release/$input"
+  done
+fi
 if [ -n "${OUTPUTS:-}" ]; then
   for output in $OUTPUTS; do
     set -- "$@" "--output=@$out/$output"

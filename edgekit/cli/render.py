@@ -640,7 +640,8 @@ def fleet_status_table(app: str, rows: list[FleetDeviceStatus]) -> None:
         v = r.last_validation
         at = "" if v is None else v.at if wide else v.at[:16].replace("T", " ")
         checked = "-" if v is None else \
-            f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {cut(v.release)} {at}"
+            f"{'[green]ok[/]' if v.ok else '[red]rejected[/]'} {cut(v.release)} {at}" + \
+            (f" {escape(v.dataset)}" if v.dataset else "")
         if r.error:   # reachable, but what it answered was refused: the row says so
             checked = "[red]refused answer[/]"
             notes.append(f"  {untrusted(r.device)} ({untrusted(r.address)}): "

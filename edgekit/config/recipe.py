@@ -94,9 +94,56 @@ class Tolerance(Frozen):
                                   "classifier-shaped outputs (docs: Validation rules)")
 
 
+Metric = Literal["top1", "top5", "mse", "cosine"]
+
+
+class DatasetGate(Frozen):
+    """A labelled set run on the device at deploy: its score may not fall more than `max_drop`
+    below the reference the build measured (docs/reference/validation.md)."""
+
+    samples: str = pydantic.Field(
+        description="a .npz (a key per input, samples stacked on a new leading axis; one "
+                    "input: any key) or a directory of such .npz files (relative to the recipe)")
+    labels: str = pydantic.Field(
+        description=".npy: class indices (top1/top5), or target outputs stacked on a leading "
+                    "axis (mse/cosine); custom metrics get it as it is")
+    metric: str = pydantic.Field(
+        default="top1", description="top1 | top5 (higher is better), mse (lower is better), "
+                                    "cosine (higher), or 'module:function' — a Python callable "
+                                    "run on the host: (outputs, labels) -> float, higher better")
+    max_drop: float = pydantic.Field(
+        default=0.01, ge=0, description="the largest drop allowed from the reference score "
+                                        "(an increase, for mse)")
+    reference: Literal["fp32", "golden"] = pydantic.Field(
+        default="fp32", description="fp32: the float model's score; golden: the score of the "
+                                    "model the golden outputs come from (a quantized build's "
+                                    "own quantized reference)")
+    limit: int | None = pydantic.Field(
+        default=None, ge=1, description="use only the first N samples")
+    everywhere: bool = pydantic.Field(
+        default=False, description="fleets: run the set on every device, not only the canary "
+                                   "wave")
+
+    @pydantic.field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str) -> str:
+        if metric not in ("top1", "top5", "mse", "cosine") and ":" not in metric:
+            raise ValueError(f"metric {metric!r}: expected one of: top1, top5, mse, cosine, "
+                             f"or 'module:function'")
+        return metric
+
+
 class Validation(Tolerance):
     """The top-level values apply to floating-point outputs; integer and bool outputs are
     compared exactly unless `outputs: {name: ...}` sets their tolerance."""
+
+    repeat: int = pydantic.Field(
+        default=1, ge=1, le=1000,
+        description="run each validation sample this many times on the device and refuse a "
+                    "module whose outputs differ between runs beyond the tolerance")
+    dataset: DatasetGate | None = pydantic.Field(
+        default=None, description="a labelled set scored on the device; refused when the "
+                                  "score drops more than max_drop below the reference")
 
     outputs: dict[str, Tolerance] = pydantic.Field(
         default_factory=dict, description="per-output overrides, keyed by output name")

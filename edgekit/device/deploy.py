@@ -29,6 +29,7 @@ from edgekit.config.address import safe_name
 from edgekit.config.recipe import Hooks
 from edgekit.config.profiles import Target
 from edgekit.device import layout, preflight
+from edgekit.device.accuracy import run_gates
 from edgekit.device import npu_preflight as npu_probe
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
@@ -71,6 +72,7 @@ class DeployResult:
     variants_skipped: tuple[str, ...] = ()  # variants passed over, and why
     npu: str | None = None          # an NPU release: what the NPU preflight found, or that
                                     # --cpu-fallback deployed the CPU module without it
+    accuracy: dict = field(default_factory=dict)  # what the accuracy gates measured
 
 
 def preflight_target(conn: Transport, target: Target, cpu_fallback: bool = False
@@ -155,7 +157,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                   hooks: Hooks | None = None, hooks_when_current: bool = False,
                   fallback: str | None | bool = False,
                   allow_unsigned: bool = False, cpu_fallback: bool = False,
-                  allow_downgrade: bool = False) -> DeployResult:
+                  allow_downgrade: bool = False, dataset: bool = True) -> DeployResult:
     """Deploy a built bundle on a connected device (see the module docstring for the order).
     Its signature is checked here and again on the device; `allow_unsigned` (the user's
     explicit opt-out, journaled on the device) deploys a bundle whose signature is missing
@@ -165,7 +167,9 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
     not held to it. An NPU release needs the NPU its profile names (npu_preflight), unless
     `cpu_fallback` deploys its IREE CPU module without it. `hooks` run after activation (also when the release was already current
     if `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
-    release that was current before) and HealthGateFailed is raised."""
+    release that was current before) and HealthGateFailed is raised. `dataset`: run the
+    bundle's dataset gate (a fleet runs it on its first wave only, unless the bundle says
+    `everywhere`)."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -236,6 +240,9 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                     f"activated; {kept}", report=report,
                     hint=_mismatch_hint(m.backend, info))
 
+            # accuracy gates (issue 38: validation.repeat, validation.dataset): accuracy.py
+            accuracy = run_gates(conn, bundle, layout.release_dir(app, release), runtime,
+                                 shims, on_stage=stage, dataset=dataset)
             journal_event(conn, app, "validated", release)
             measured: dict = {}
             if gate is not None:
@@ -266,7 +273,7 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                         seconds=round(now - started, 3), stage_seconds=stage_seconds,
                         gate=measured, signer=signer,
                         variant=variant.name if variant else None, variants_skipped=skipped,
-                        npu=npu)
+                        npu=npu, accuracy=accuracy)
 
 
 def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,

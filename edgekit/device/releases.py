@@ -330,6 +330,9 @@ def record_newest(conn: Transport, app: str, created_at: str, release: str) -> N
                       f"{created_at} {safe_name(release, 'release')}\n")
 
 
-def journal_event(conn: Transport, app: str, event: str, release: str) -> None:
-    line = json.dumps({"ts": int(time.time()), "event": event, "release": release}) + "\n"
+def journal_event(conn: Transport, app: str, event: str, release: str,
+                  fields: dict | None = None) -> None:
+    """One line of the app's journal on the device; `fields`: what the event measured."""
+    line = json.dumps({"ts": int(time.time()), "event": event, "release": release,
+                       **(fields or {})}) + "\n"
     conn.append_text(layout.journal(app), line)

@@ -265,7 +265,8 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal)
             if live.verified and previous == release and not plan.revalidate:
                 status, reason = "unchanged", ALREADY_CURRENT
             else:
-                status, reason = _deploy(conn, plan, device, previous, measured, journal)
+                status, reason = _deploy(conn, plan, device, previous, measured, journal,
+                                         first_wave=wave == 1)
         failure = ""
     except Exception as exc:  # noqa: BLE001 — one device's failure must not stop the others
         status, failure = "failed", type(exc).__name__
@@ -280,7 +281,8 @@ def _update_device(plan: RolloutPlan, name: str, wave: int, journal: jr.Journal)
                              p90_ratio=measured.get("ratio"),
                              p90_ratio_range=measured.get("ratio_range"),
                              p90_ratio_limit=plan.policy.max_p90_ratio
-                             if "ratio" in measured else None))
+                             if "ratio" in measured else None,
+                             dataset=measured.get("dataset")))
 
 
 ALREADY_CURRENT = ("already current: its files verify on the device; not deployed or "
@@ -288,8 +290,10 @@ ALREADY_CURRENT = ("already current: its files verify on the device; not deploye
 
 
 def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: str | None,
-            measured: dict, journal: jr.Journal) -> tuple[str, str]:
-    """The full deploy of the device's bundle, gated; (status, note)."""
+            measured: dict, journal: jr.Journal, first_wave: bool = True) -> tuple[str, str]:
+    """The full deploy of the device's bundle, gated; (status, note). The bundle's dataset
+    gate runs in the first wave (the canary) only, unless it says `everywhere`; its score
+    goes into `measured` (the journal's device-done)."""
     release = plan.releases[device.target]
     gate, note = None, ""
     if plan.policy.max_p90_ratio and previous and previous != release:
@@ -297,12 +301,15 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
             note = SHARED_CPUS_NOTE
         else:
             gate = latency_gate(plan.policy, plan.app, previous, measured)
-    deploy_bundle(conn, _release_of(plan, device.target).bundle, keep=plan.keep, gate=gate,
-                  hooks=plan.hooks, hooks_when_current=True, fallback=previous,
-                  cpu_fallback=plan.cpu_fallback, allow_downgrade=plan.allow_downgrade,
-                  on_stage=lambda step: journal.write(DeviceStep(device=device.name,
-                                                                 step=step),
-                                                      durable=step in jr.SWITCHING_STEPS))
+    result = deploy_bundle(conn, _release_of(plan, device.target).bundle, keep=plan.keep,
+                           gate=gate, dataset=first_wave, hooks=plan.hooks,
+                           hooks_when_current=True, fallback=previous,
+                           cpu_fallback=plan.cpu_fallback, allow_downgrade=plan.allow_downgrade,
+                           on_stage=lambda step: journal.write(
+                               DeviceStep(device=device.name, step=step),
+                               durable=step in jr.SWITCHING_STEPS))
+    if "dataset" in result.accuracy:
+        measured["dataset"] = result.accuracy["dataset"]
     return ("updated" if previous != release else "unchanged"), measured.get("note", note)
 
 

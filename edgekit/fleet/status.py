@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -75,5 +77,31 @@ def last_validation(conn: Transport, app: str) -> LastValidation | None:
                 hint="the device's journal was changed outside edgekit")
         when = datetime.datetime.fromtimestamp(ts, datetime.timezone.utc)
         return LastValidation(release=release, ok=event["event"] == "validated",
-                              at=when.isoformat(timespec="seconds"))
+                              at=when.isoformat(timespec="seconds"),
+                              dataset=_score_before(lines[:len(lines) - number - 1], release))
+    return None
+
+
+METRIC = re.compile(r"^[A-Za-z0-9_.:]{1,100}$")
+
+
+def _score_before(lines: list[str], release: str) -> str | None:
+    """The dataset gate's score of `release`: its `scored` event just before the validation
+    event (no other validation between). Untrusted: a value that is not a plain metric name
+    and finite numbers is left out (None)."""
+    for line in reversed(lines[-20:]):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or event.get("event") in VALIDATION_EVENTS:
+            return None
+        if event.get("event") != "scored" or event.get("release") != release:
+            continue
+        metric, ref, got = event.get("metric"), event.get("reference_score"), \
+            event.get("measured")
+        if not (isinstance(metric, str) and METRIC.fullmatch(metric)) or not all(
+                type(v) in (int, float) and math.isfinite(v) for v in (ref, got)):
+            return None
+        return f"{metric} {got:.4f} (ref {ref:.4f})"
     return None

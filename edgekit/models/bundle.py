@@ -28,6 +28,7 @@ import pydantic
 
 from edgekit.config.recipe import Hooks, Validation
 from edgekit.config.schema_base import Frozen
+from edgekit.models.dataset import DatasetNote
 from edgekit.config.stamped import StampedCache
 from edgekit.errors import BundleError
 
@@ -230,6 +231,7 @@ class Manifest(Frozen):
     # sha256 of the tuned per-dispatch configuration set the module was compiled with
     # (toolchain/dispatch_sets.py); its files are dispatch-configs/<executable>.mlir in `files`
     dispatch_configs: str = pydantic.Field(default="", pattern=r"^([0-9a-f]{64})?$")
+    dataset: DatasetNote | None = None  # the dataset gate: its files and reference score
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]

@@ -83,6 +83,9 @@ class DeviceDone(_Event):
     p90_ratio: float | None = None
     p90_ratio_range: tuple[float, float] | None = None
     p90_ratio_limit: float | None = None
+    # the dataset gate's score on this device (metric, reference_score, measured, drop,
+    # samples), where it ran: the first wave, or every wave with `everywhere`
+    dataset: dict | None = None
 
 
 class WaveDone(_Event):

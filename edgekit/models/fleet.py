@@ -94,6 +94,7 @@ class LastValidation(Frozen):
     release: str
     ok: bool
     at: str                           # ISO time, UTC
+    dataset: str | None = None        # the dataset gate's score: "top1 0.9800 (ref 0.9800)"
 
 
 class FleetDeviceStatus(Frozen):

@@ -37,6 +37,7 @@ from edgekit.pipeline.lower import (CompiledModule, ImportedModule, check_quanti
 from edgekit.pipeline.npu.registry import family_for
 from edgekit.pipeline.package import BundleIdentity, package_bundle
 from edgekit.pipeline import source_key
+from edgekit.pipeline.dataset import attach_dataset, dataset_digests
 from edgekit.pipeline.stages import Stage, check_plan, edit_plan, run_plan
 from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.runner import keep_temps
@@ -109,6 +110,8 @@ PLAN: tuple[Stage[BuildRun], ...] = (
     Stage("build key", ExportedModel, ExportedModel, lambda run, m: _key(run, m)),
     Stage("cache", ExportedModel, ExportedModel, _lookup, finishes=Stored),
     *(stage.within(BuildRun.back_context) for stage in BACK),
+    Stage("dataset", Bundle, Bundle,
+          lambda run, bundle: attach_dataset(run.recipe, bundle, run.float_model, run.built)),
     Stage("store", Bundle, Stored, _store),
 )
 check_plan(PLAN, Recipe, Stored)
@@ -191,6 +194,7 @@ def _key(run: BuildRun, exported: ExportedModel) -> ExportedModel:
                            functools.partial(BundleIdentity.of, recipe, build_key=run.key),
                            run.workdir, run.workdir / "bundle",
                            reproducer_dir=out.parent / f"{out.name}.repro", first_lowering=first)
+    run.built = exported
     return exported
 
 
@@ -241,8 +245,11 @@ def with_quantize_mode(recipe: Recipe, mode: str | None) -> Recipe:
 def recipe_origin(recipe: Recipe) -> dict:
     """What a recipe adds to the build key: the recipe itself (lowering, flags, names,
     tolerances) and its samples file (the golden inputs)."""
-    return {"recipe": recipe.model_dump(mode="json"),
-            "samples": sha256_file(recipe.resolve(recipe.samples)) if recipe.samples else None}
+    origin = {"recipe": recipe.model_dump(mode="json"),
+              "samples": sha256_file(recipe.resolve(recipe.samples)) if recipe.samples
+              else None}
+    dataset = dataset_digests(recipe)
+    return origin if dataset is None else {**origin, "dataset": dataset}
 
 
 def build_key(origin: dict, target: Target, exported: ExportedModel,

@@ -62,6 +62,7 @@ class BuildRun:
     steering: Steering | None = None          # "build key"
     tuning: TuningNote | None = None          # "build key": the tuned variant applied
     key: str = ""                             # "build key"
+    built: ExportedModel | None = None        # "build key": the model BACK compiles
     back: BackContext | None = None           # "build key"
     sources_read: set[str] = field(default_factory=set)   # "build key": FRONT + steering
 

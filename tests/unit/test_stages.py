@@ -13,7 +13,7 @@ def test_the_build_plan_chains_from_recipe_to_bundle():
 def test_the_whole_plan_keys_and_consults_the_cache_between_front_and_back():
     names = [s.name for s in PLAN]
     assert names == [*(s.name for s in FRONT), "build key", "cache", *(s.name for s in BACK),
-                     "store"]
+                     "dataset", "store"]
 
 
 def test_a_stage_that_finishes_the_plan_skips_the_rest():

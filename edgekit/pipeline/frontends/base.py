@@ -19,6 +19,7 @@ from edgekit.config.profiles import Target
 from edgekit.config.recipe import Recipe
 
 if TYPE_CHECKING:
+    import numpy as np
     from edgekit.pipeline.export import ExportedModel
     from edgekit.pipeline.load import LoadedModel
     from edgekit.pipeline.lower import ImportedGraph
@@ -78,6 +79,12 @@ class Frontend(ABC, Generic[G]):
     @abstractmethod
     def import_graph(self, graph: G) -> ImportedGraph:
         """torch-mlir's import; raises toolchain.torch_mlir.LowerFailure."""
+
+    def reference_outputs(self, exported: ExportedModel, samples: tuple[np.ndarray, ...]
+                          ) -> tuple[np.ndarray, ...]:
+        """What the reference runtime computes for `exported` on one input set (the dataset
+        gate's reference score, pipeline/dataset.py)."""
+        raise NotImplementedError(f"the {self.kind} frontend computes no reference outputs")
 
     def interchange(self, graph: G, opset: int) -> bytes:
         """The graph as an ONNX model's bytes (opset `opset` at most where the frontend makes

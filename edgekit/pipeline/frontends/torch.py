@@ -91,6 +91,10 @@ class TorchFrontend(Frontend[Program]):
         return dataclasses.replace(exported, more_samples=more_samples, more_golden=tuple(
             eager_outputs(run, s) for s in more_samples))
 
+    def reference_outputs(self, exported: ExportedModel[Program],
+                          samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        return eager_outputs(exported.program.module(), samples)
+
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize \
             else {}
