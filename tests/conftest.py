@@ -25,6 +25,7 @@ os.environ.setdefault("EDGEKIT_ROOTFS_DIR",
 TIERS = {"unit": "unit", "shims": "unit", "local": "local", "integration": "integration",
          "device": "device", "lab": "device", "faults": "faults", "corpus": "corpus",
          "onnx_suite": "onnx_suite", "npu": "npu"}
+OWN_TIERS = set(TIERS.values()) | {"scale"}
 
 
 # Parallel workers (pytest-xdist; pyproject's addopts: `-n auto --dist loadgroup`). Tests
@@ -56,7 +57,9 @@ def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
     for item in items:
         folder = item.path.relative_to(tests).parts[0]
-        if folder in TIERS:
+        # a file may name its own tier (a fault or scale test beside the local fixtures
+        # it uses); otherwise its folder's
+        if folder in TIERS and not any(item.get_closest_marker(t) for t in OWN_TIERS):
             item.add_marker(TIERS[folder])
         group = xdist_group(folder, item)
         if group:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.local
+pytestmark = pytest.mark.scale
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "channel_scale.py"
 

@@ -14,7 +14,9 @@ from edgekit.models.bundle import MANIFEST
 from tests.fixtures import digits
 from tests.local.conftest import current_of, set_manifest
 
-pytestmark = pytest.mark.local
+# builds three models with the compiler (about 3 min): the integration tier, beside the local
+# devices it deploys to
+pytestmark = pytest.mark.integration
 
 LIMIT = digits.LIMIT
 
