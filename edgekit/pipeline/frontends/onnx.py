@@ -19,6 +19,8 @@ from edgekit.config.recipe import InputSpec, ModelSource, Recipe
 from edgekit.errors import ConfigError, ModelLoadError, QuantizationError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
+from edgekit.pipeline.frontends.onnx_expand import (expand_functions, expansion_note,
+                                                    fold_constants)
 from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
                                                      refuse_contradicting_samples,
                                                      refuse_shape_inputs)
@@ -139,8 +141,14 @@ class OnnxFrontend(Frontend[Model]):
             notes = (*notes, "float64 inputs and outputs are computed in float32 (IREE "
                              f"demotes f64 by default; `{F64_KEPT}` in `compile.flags` keeps "
                              "them)")
+        # goldens come from the model as given; IREE gets the spec's bodies of what it cannot
+        # lower (the same model by the spec's definition)
+        graph, expanded = expand_functions(loaded.model)
+        if expanded:
+            graph, _ = fold_constants(graph)    # the bodies' run-time axes and shapes
+            notes = (*notes, expansion_note(expanded))
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(sets[0])]
-        exported = with_signature(self, loaded.model, onnx_digest(loaded.model),
+        exported = with_signature(self, graph, onnx_digest(graph),
                                   loaded.input_names, shapes, sets[0], goldens[0],
                                   reference=ref.name, notes=notes)
         return dataclasses.replace(exported, more_samples=tuple(sets[1:]),

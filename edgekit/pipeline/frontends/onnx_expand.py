@@ -1,0 +1,238 @@
+"""ONNX operators that IREE's ONNX input and torch-mlir cannot lower, replaced before the
+import by the function body the ONNX spec defines for them at the model's opset (the body the
+backend suite's `*_expanded` cases run): onnx's own schemas make the body (context-dependent
+bodies from the node and its input types), onnx's own expansion helper splices it in. No body
+of edgekit's own: an op without one in the spec stays as it is and the lowering names it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+# Ops whose direct import or lowering fails (measured on onnx 1.23's node suite with
+# torch-mlir/IREE as pinned): their spec bodies compile. Others with a body (Softmax, Gelu, …)
+# lower directly, and better, as themselves.
+KNOWN_TO_FAIL = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding",
+                           "LinearAttention", "FlexAttention", "AffineGrid"})
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_MAX_ROUNDS = 4     # a body may hold another such op (none does in onnx 1.23): expand it too
+
+
+def function_body_ops(model) -> set[str]:
+    """The standard ops of the model's main graph that have a function body at its opset."""
+    opset = _opset(model)
+    return {n.op_type for n in model.graph.node
+            if n.domain in _DEFAULT_DOMAINS and _schema(n.op_type, opset) is not None
+            and _has_body(_schema(n.op_type, opset))}
+
+
+def expand_functions(model, ops=KNOWN_TO_FAIL):
+    """(model with every node of `ops` in the main graph replaced by its spec body, Counter of
+    the ops expanded). Nodes whose schema has no body at the model's opset stay."""
+    import onnx
+    expanded: Counter = Counter()
+    if not any(n.domain in _DEFAULT_DOMAINS and n.op_type in ops for n in model.graph.node):
+        return model, expanded      # as given (its digest, hence the cache key, unchanged)
+    for _ in range(_MAX_ROUNDS):
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        opset = _opset(model)
+        types = _known_types(model)
+        nodes, changed = [], False
+        for index, node in enumerate(model.graph.node):
+            found = _body_of(node, opset, types, ops)
+            if found is None:
+                nodes.append(node)
+                continue
+            with_defaults, body = found
+            nodes.extend(_spliced(with_defaults, body, f"_ek_{node.op_type}_{index}_"))
+            _add_opsets(model, body)
+            expanded[node.op_type] += 1
+            changed = True
+        if not changed:
+            break
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return model, expanded
+
+
+def expansion_note(expanded: Counter) -> str:
+    return ("expanded to their ONNX function bodies before the import (IREE cannot lower them "
+            "as such): " + ", ".join(f"{op} ×{n}" for op, n in sorted(expanded.items())))
+
+
+def _opset(model) -> int:
+    return max((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS),
+               default=0)
+
+
+def _schema(op: str, opset: int):
+    import onnx
+    try:
+        return onnx.defs.get_schema(op, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _has_body(schema) -> bool:
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def _known_types(model) -> dict:
+    import onnx
+    types = {v.name: v.type for v in (*model.graph.input, *model.graph.value_info,
+                                      *model.graph.output)}
+    for tensor in model.graph.initializer:
+        types.setdefault(tensor.name, onnx.helper.make_tensor_type_proto(
+            tensor.data_type, list(tensor.dims)))
+    return types
+
+
+def _body_of(node, opset: int, types: dict, ops):
+    """The FunctionProto of the node's op at the model's opset, or None (not asked for, no
+    body, or a context-dependent body that needs an input type shape inference did not give)."""
+    import onnx
+    if node.domain not in _DEFAULT_DOMAINS or node.op_type not in ops:
+        return None
+    schema = _schema(node.op_type, opset)
+    if schema is None or not _has_body(schema):
+        return None
+    with_defaults = onnx.NodeProto()
+    with_defaults.CopyFrom(node)
+    given = {a.name for a in node.attribute}
+    for name, attr in schema.attributes.items():
+        if name not in given and attr.default_value and attr.default_value.name:
+            with_defaults.attribute.append(attr.default_value)
+    body = onnx.FunctionProto()
+    if schema.has_function:
+        versions = [v for v in schema.function_opset_versions if v <= opset]
+        if not versions:
+            return None
+        body.ParseFromString(schema.get_function_with_opset_version(max(versions)))
+    else:
+        versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+        if not versions or any(name and name not in types for name in node.input):
+            return None
+        input_types = [types[name] if name else onnx.TypeProto() for name in node.input]
+        body.ParseFromString(schema.get_context_dependent_function_with_opset_version(
+            max(versions), with_defaults.SerializeToString(),
+            [t.SerializeToString() for t in input_types]))
+    return with_defaults, body
+
+
+def _spliced(node, function, prefix: str) -> list:
+    """The body's nodes with its formal inputs/outputs renamed to the node's, its inner names
+    prefixed, attribute references resolved (onnx's own helper for the `*_expanded` cases)."""
+    from onnx.backend.test.case.node import function_expand_helper
+    return function_expand_helper(node, function, prefix)
+
+
+def _add_opsets(model, body) -> None:
+    """Opsets (domains) the body uses that the model does not import yet."""
+    have = {o.domain for o in model.opset_import}
+    for imported in body.opset_import:
+        if imported.domain not in have and not (imported.domain in _DEFAULT_DOMAINS
+                                                 and have & set(_DEFAULT_DOMAINS)):
+            model.opset_import.append(imported)
+            have.add(imported.domain)
+
+
+# --- constant folding --------------------------------------------------------------------------
+
+_NOT_FOLDED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
+                         "RandomUniformLike", "Multinomial", "Bernoulli", "If", "Loop", "Scan"})
+_FOLD_LIMIT = 1 << 16   # elements: shapes, axes and small tables, not weights
+
+
+def fold_constants(model):
+    """(model, number of nodes folded): nodes computable before the model runs (all inputs
+    constant, or a Shape/Size of a tensor whose shape shape inference knows) replaced by their
+    values, computed by onnx's reference evaluator, the spec's own semantics. Spec bodies
+    compute axes and shapes at run time (RMSNormalization's ReduceMean axes); torch-mlir needs
+    them constant."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    known = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    shapes = {v.name: v.type.tensor_type for v in (*model.graph.input, *model.graph.value_info)
+              if v.type.HasField("tensor_type")}
+    opset = list(model.opset_import)
+    kept, folded = [], 0
+    for node in model.graph.node:
+        values = _fold(node, known, shapes, opset, model.ir_version)
+        if values is None:
+            kept.append(node)
+            continue
+        folded += 1
+        for name, value in zip(node.output, values):
+            if name:
+                known[name] = value
+                model.graph.initializer.append(numpy_helper.from_array(value, name))
+    if folded:
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+        used = _read_names(kept) | {o.name for o in model.graph.output}
+        unused = [t for t in model.graph.initializer if t.name not in used]
+        for tensor in unused:
+            model.graph.initializer.remove(tensor)
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    return model, folded
+
+
+def _fold(node, known: dict, shapes: dict, opset, ir_version):
+    import numpy as np
+    if node.domain not in _DEFAULT_DOMAINS or node.op_type in _NOT_FOLDED:
+        return None
+    if any(a.type in (5, 10) for a in node.attribute):   # GRAPH, GRAPHS
+        return None
+    if node.op_type in ("Shape", "Size") and node.input[0] not in known:
+        dims = _static_dims(shapes.get(node.input[0]))
+        if dims is None:
+            return None
+        if node.op_type == "Size":
+            return (np.array(int(np.prod(dims)), dtype=np.int64),)
+        attrs = {a.name: a.i for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+        return (np.array(dims, dtype=np.int64)[start:end],)
+    if node.op_type != "Constant" and not all(not i or i in known for i in node.input):
+        return None
+    if sum(known[i].size for i in node.input if i) > _FOLD_LIMIT:
+        return None
+    try:
+        values = _evaluate(node, known, opset, ir_version)
+    except Exception:  # noqa: BLE001 -- the evaluator raises what numpy raises: left to run
+        return None
+    if any(not isinstance(v, np.ndarray) or v.size > _FOLD_LIMIT for v in values):
+        return None
+    return values
+
+
+def _read_names(nodes) -> set[str]:
+    """Every name the nodes read, their subgraphs' outer-scope reads included."""
+    names: set[str] = set()
+    for node in nodes:
+        names.update(node.input)
+        for attr in node.attribute:
+            for graph in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                names |= _read_names(graph.node)
+    return names
+
+
+def _static_dims(tensor_type):
+    if tensor_type is None or not tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+    return None if any(d is None for d in dims) else dims
+
+
+def _evaluate(node, known: dict, opset, ir_version):
+    import numpy as np
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    inputs = [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(known[i].dtype),
+                                            known[i].shape) for i in dict.fromkeys(node.input)
+              if i]
+    outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    graph = helper.make_graph([node], "fold", inputs, outputs)
+    single = helper.make_model(graph, opset_imports=opset, ir_version=ir_version)
+    got = ReferenceEvaluator(single).run(None, {i.name: known[i.name] for i in inputs})
+    values = iter(np.asarray(v) for v in got)
+    return tuple(next(values) if o else None for o in node.output)
