@@ -67,6 +67,10 @@ class InputSpec(Frozen):
     dtype: DType = "float32"
     low: float | None = pydantic.Field(default=None, description="range of random samples")
     high: float | None = None
+    static: bool = pydantic.Field(
+        default=False, description="ONNX: the input's value in `samples:` is built into the "
+                                   "module as a constant (shape, axes and size inputs are, "
+                                   "without asking); the module ignores what is passed")
 
 
 class DynamicDim(Frozen):

@@ -145,9 +145,20 @@ _FOLD_LIMIT = 1 << 16   # elements: shapes, axes and small tables, not weights
 def fold_constants(model):
     """(model, number of nodes folded): nodes computable before the model runs (all inputs
     constant, or a Shape/Size of a tensor whose shape shape inference knows) replaced by their
-    values, computed by onnx's reference evaluator, the spec's own semantics. Spec bodies
-    compute axes and shapes at run time (RMSNormalization's ReduceMean axes); torch-mlir needs
-    them constant."""
+    values, computed by onnx's reference evaluator, the spec's own semantics; an If whose
+    condition is constant replaced by its branch. Spec bodies compute axes and shapes at run
+    time (RMSNormalization's ReduceMean axes, AffineGrid's rank test); torch-mlir needs them
+    constant."""
+    total = 0
+    for _ in range(_MAX_ROUNDS):
+        model, folded = _fold_once(model)
+        total += folded
+        if not folded:
+            break
+    return model, total
+
+
+def _fold_once(model):
     import onnx
     from onnx import numpy_helper
     model = onnx.shape_inference.infer_shapes(model, data_prop=True)
@@ -156,7 +167,12 @@ def fold_constants(model):
               if v.type.HasField("tensor_type")}
     opset = list(model.opset_import)
     kept, folded = [], 0
-    for node in model.graph.node:
+    for index, node in enumerate(model.graph.node):
+        if node.op_type == "If" and node.domain in _DEFAULT_DOMAINS and node.input[0] in known:
+            kept.extend(_taken_branch(node, bool(known[node.input[0]].reshape(-1)[0]),
+                                      f"_ek_if{index}_", model.graph.initializer))
+            folded += 1
+            continue
         values = _fold(node, known, shapes, opset, model.ir_version)
         if values is None:
             kept.append(node)
@@ -173,8 +189,37 @@ def fold_constants(model):
         unused = [t for t in model.graph.initializer if t.name not in used]
         for tensor in unused:
             model.graph.initializer.remove(tensor)
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     return model, folded
+
+
+def _taken_branch(node, condition: bool, prefix: str, initializers) -> list:
+    """The nodes of an If's branch as nodes of the graph: names it defines prefixed (unique
+    here), its outputs passed to the If's by Identity."""
+    from onnx import helper
+    branch = next(a.g for a in node.attribute
+                  if a.name == ("then_branch" if condition else "else_branch"))
+    defined = {o for n in branch.node for o in n.output if o} | {
+        t.name for t in branch.initializer}
+    renamed = {name: prefix + name for name in defined}
+    for tensor in branch.initializer:
+        copy = type(tensor)()
+        copy.CopyFrom(tensor)
+        copy.name = renamed[tensor.name]
+        initializers.append(copy)
+    nodes = []
+    for inner in branch.node:
+        copy = type(inner)()
+        copy.CopyFrom(inner)
+        for i, name in enumerate(copy.output):
+            if name:
+                copy.output[i] = renamed[name]
+        _rename_reads([copy], renamed)
+        nodes.append(copy)
+    for value, out in zip(branch.output, node.output):
+        if out:
+            nodes.append(helper.make_node("Identity", [renamed.get(value.name, value.name)],
+                                          [out]))
+    return nodes
 
 
 def _fold(node, known: dict, shapes: dict, opset, ir_version):
@@ -236,3 +281,52 @@ def _evaluate(node, known: dict, opset, ir_version):
     got = ReferenceEvaluator(single).run(None, {i.name: known[i.name] for i in inputs})
     values = iter(np.asarray(v) for v in got)
     return tuple(next(values) if o else None for o in node.output)
+
+
+# --- inputs built in as constants --------------------------------------------------------------
+
+_STATIC_ROLES = ("shape", "axes")
+
+
+def static_inputs(model, specs) -> set[str]:
+    """The inputs whose sample value is built into the module: those that set a shape, a size
+    or axes (torch-mlir reads them with `aten.item`, which IREE cannot compile), and those the
+    recipe marks `static: true`."""
+    from edgekit.pipeline.frontends.onnx_samples import input_roles
+    roles = input_roles(model)
+    return {n for n, r in roles.items() if r.kind in _STATIC_ROLES} | {
+        s.name for s in specs if getattr(s, "static", False)}
+
+
+def with_constant_inputs(model, values: dict):
+    """The model with every read of the inputs in `values` reading a constant of that value
+    instead (the inputs stay in the signature, unread: the bundle's inputs are the model's)."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    renamed = {name: f"{name}__edgekit_static" for name in values}
+    for name, value in values.items():
+        model.graph.initializer.append(numpy_helper.from_array(value, renamed[name]))
+    _rename_reads(model.graph.node, renamed)
+    return model
+
+
+def folded_note(values: dict) -> str:
+    def shown(value) -> str:
+        text = str(value.tolist())
+        return text if len(text) <= 40 else text[:39] + "…"
+    return ("inputs built into the module as constants, their values in `samples:` (the "
+            "module ignores what is passed for them; build again for other values): "
+            + ", ".join(f"{n!r} = {shown(v)}" for n, v in values.items()))
+
+
+def _rename_reads(nodes, renamed: dict) -> None:
+    for node in nodes:
+        for i, name in enumerate(node.input):
+            if name in renamed:
+                node.input[i] = renamed[name]
+        for attr in node.attribute:
+            for graph in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                shadowed = {v.name for v in graph.input}
+                _rename_reads(graph.node, {k: v for k, v in renamed.items()
+                                           if k not in shadowed})

@@ -44,7 +44,8 @@ _NONZERO = {("Div", 1), ("Mod", 1)}
 # A float8 or 4-bit quantization's zero point is 0 in practice ("usually not used", the ONNX
 # spec says); runtimes differ on whether a made-up nonzero one applies. Integer ones stay random.
 _ZERO_POINT = {("DequantizeLinear", 2), ("QuantizeLinear", 2)}
-_SHAPE = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Resize", 1), ("Resize", 2),
+_SHAPE = {("Reshape", 1), ("Expand", 1), ("AffineGrid", 1), ("Tile", 1), ("Resize", 1),
+          ("Resize", 2),
           ("Resize", 3), ("Upsample", 1), ("Split", 1), ("Pad", 1), ("Pad", 3), ("Slice", 1),
           ("Slice", 2), ("Slice", 3), ("Slice", 4), ("TopK", 1), ("ConstantOfShape", 0),
           ("Range", 0), ("Range", 1), ("Range", 2), ("Squeeze", 1), ("Unsqueeze", 1),
@@ -161,12 +162,14 @@ def constant_of(model, name: str) -> np.ndarray | None:
 
 def refuse_shape_inputs(roles: dict[str, Role], names, where: str) -> None:
     """A one-line request for `samples:` when an input edgekit would have to make up sets a
-    shape or a size."""
+    shape, a size or axes (with samples, their values are built in: onnx_expand)."""
     for name in names:
         role = roles.get(name)
-        if role and role.kind == "shape":
+        if role and role.kind in ("shape", "axes"):
+            # axes too: IREE compiles them only as constants, taken from the samples
+            what = "a shape or size" if role.kind == "shape" else "the axes"
             raise ModelLoadError(
-                f"input {name!r} sets a shape or size of {role.op}: random values for it mean "
+                f"input {name!r} sets {what} of {role.op}: random values for it mean "
                 "nothing", where=where,
                 hint=f"give real values in `samples:` (a .npz with an array named {name!r} "
                      "beside the other inputs)")

@@ -24,8 +24,8 @@ from edgekit.config.recipe import Quantize, Recipe
 from edgekit.errors import ConfigError, ModelLoadError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
-from edgekit.pipeline.load import (LoadedModel, import_callable, more_samples_for,
-                                   sample_inputs)
+from edgekit.pipeline.load import (LoadedModel, coverage_notes, drawn_note, import_callable,
+                                   more_samples_for, sample_inputs)
 from edgekit.pipeline.lower import ImportedGraph
 from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.toolchain import torch_mlir
@@ -54,9 +54,11 @@ class TorchFrontend(Frontend[Program]):
         samples = sample_inputs(recipe, examples)
         names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
         described = tuple(f"{list(a.shape)} {a.dtype}" for a in examples or ())
+        more = more_samples_for(recipe, samples)
+        notes = (drawn_note(len(more)),) if recipe.samples else ()
         return LoadedModel(frontend=self, model=model, samples=samples, input_names=names,
-                           more_samples=more_samples_for(recipe, samples),
-                           example_inputs=described)
+                           more_samples=more, example_inputs=described,
+                           notes=(*notes, *coverage_notes(names, (samples, *more))))
 
     def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Program]:
         args = tuple(torch.from_numpy(np.array(s)) for s in loaded.samples)
@@ -76,8 +78,9 @@ class TorchFrontend(Frontend[Program]):
             sys.stderr.write(said.getvalue())  # a successful export's warnings still show
             run = loaded.model
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
-        return self.exported(program, run, tuple(loaded.samples), loaded.input_names, shapes,
-                             loaded.more_samples)
+        exported = self.exported(program, run, tuple(loaded.samples), loaded.input_names,
+                                 shapes, loaded.more_samples)
+        return dataclasses.replace(exported, notes=(*exported.notes, *loaded.notes))
 
     def exported(self, program: Program, run, samples: tuple[np.ndarray, ...],
                  names: tuple[str, ...], shapes: list,
