@@ -237,6 +237,12 @@ def _fold(node, known: dict, shapes: dict, opset, ir_version):
         attrs = {a.name: a.i for a in node.attribute}
         start, end = attrs.get("start", 0), attrs.get("end", len(dims))
         return (np.array(dims, dtype=np.int64)[start:end],)
+    if node.op_type == "CastLike" and node.input[0] in known and node.input[1] not in known:
+        like = shapes.get(node.input[1])    # only the type of the second input counts
+        if like is None or not like.elem_type:
+            return None
+        from onnx import helper
+        return (known[node.input[0]].astype(helper.tensor_dtype_to_np_dtype(like.elem_type)),)
     if node.op_type != "Constant" and not all(not i or i in known for i in node.input):
         return None
     if sum(known[i].size for i in node.input if i) > _FOLD_LIMIT:

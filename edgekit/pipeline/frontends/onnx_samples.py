@@ -44,8 +44,7 @@ _NONZERO = {("Div", 1), ("Mod", 1)}
 # A float8 or 4-bit quantization's zero point is 0 in practice ("usually not used", the ONNX
 # spec says); runtimes differ on whether a made-up nonzero one applies. Integer ones stay random.
 _ZERO_POINT = {("DequantizeLinear", 2), ("QuantizeLinear", 2)}
-_SHAPE = {("Reshape", 1), ("Expand", 1), ("AffineGrid", 1), ("Tile", 1), ("Resize", 1),
-          ("Resize", 2),
+_SHAPE = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Resize", 1), ("Resize", 2),
           ("Resize", 3), ("Upsample", 1), ("Split", 1), ("Pad", 1), ("Pad", 3), ("Slice", 1),
           ("Slice", 2), ("Slice", 3), ("Slice", 4), ("TopK", 1), ("ConstantOfShape", 0),
           ("Range", 0), ("Range", 1), ("Range", 2), ("Squeeze", 1), ("Unsqueeze", 1),
