@@ -42,6 +42,11 @@ class ModelSource(Frozen):
                     "can run any code the file holds): only for files you made or trust; "
                     "also `--trust-pickle`")
     onnx: str | None = pydantic.Field(default=None, description="path to an .onnx file")
+    # after the sources: the first string of a dump is the model file (source_key.py)
+    cache: Literal["none", "static"] | None = pydantic.Field(
+        default=None,
+        description="a Hugging Face causal LM's KV cache: `none` (each call takes the whole "
+                    "prompt; what edgekit chooses when not set) or `static` (not built yet)")
 
     @pydantic.model_validator(mode="after")
     def _exactly_one(self) -> "ModelSource":
@@ -49,6 +54,9 @@ class ModelSource(Frozen):
         if len(given) != 1:
             raise ValueError("give exactly one of `python: module:factory`, `exported: file.pt2` "
                              "or `onnx: model.onnx`")
+        if self.cache and not self.python:
+            raise ValueError("`cache` is for a `python: module:factory` model (a Hugging Face "
+                             "causal LM)")
         if self.trust_pickle and not self.exported:
             raise ValueError("`trust_pickle` is for an `exported: file.pt2` model")
         if self.python and ":" not in self.python:

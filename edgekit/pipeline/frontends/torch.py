@@ -24,6 +24,7 @@ from edgekit.config.recipe import Quantize, Recipe
 from edgekit.errors import ConfigError, ModelLoadError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
+from edgekit.pipeline.frontends.torch_hf import with_cache_choice
 from edgekit.pipeline.load import (LoadedModel, coverage_notes, drawn_note, import_callable,
                                    more_samples_for, sample_inputs)
 from edgekit.pipeline.lower import ImportedGraph
@@ -51,11 +52,12 @@ class TorchFrontend(Frontend[Program]):
             model, examples = _load_exported(path), None
         else:
             model, examples = _call_factory(recipe, source.python or "")
+        model, chosen = with_cache_choice(recipe, model)
         samples = sample_inputs(recipe, examples)
         names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
         described = tuple(f"{list(a.shape)} {a.dtype}" for a in examples or ())
         more = more_samples_for(recipe, samples)
-        notes = (drawn_note(len(more)),) if recipe.samples else ()
+        notes = (*chosen, *((drawn_note(len(more)),) if recipe.samples else ()))
         return LoadedModel(frontend=self, model=model, samples=samples, input_names=names,
                            more_samples=more, example_inputs=described,
                            notes=(*notes, *coverage_notes(names, (samples, *more))))
