@@ -44,8 +44,8 @@ def more_like(samples: tuple[np.ndarray, ...], rng: np.random.Generator,
               count: int = SAMPLE_SETS - 1) -> tuple[tuple[np.ndarray, ...], ...]:
     """`count` further samples shaped and typed like `samples`, with values like each array's
     own (so ids, indices and masks stay as valid as the example's): floats normal with its mean
-    and standard deviation (1 when constant), integers between its min and max, booleans as
-    they are."""
+    and standard deviation (1 when constant; whole-number floats as whole numbers between its
+    min and max), integers between its min and max, booleans as they are."""
     def like(array: np.ndarray) -> np.ndarray:
         if array.size == 0 or array.dtype.kind == "b":
             return array
@@ -55,6 +55,10 @@ def more_like(samples: tuple[np.ndarray, ...], rng: np.random.Generator,
                                 ).astype(array.dtype)
         if array.dtype.kind == "f" or array.dtype.isbuiltin == 2:
             values = array.astype(np.float64)
+            if low < high and np.all(np.isfinite(values)) and np.all(values == np.round(values)):
+                # whole numbers in a float tensor (indices, counts): drawn whole, within range
+                return rng.integers(int(low), int(high), size=array.shape, endpoint=True
+                                    ).astype(array.dtype)
             mean, std = float(values.mean()), float(values.std())
             if not np.isfinite([mean, std]).all():
                 mean, std = 0.0, 1.0

@@ -98,8 +98,15 @@ class OnnxFrontend(Frontend[Model]):
         if recipe.samples:
             samples = sample_inputs(recipe, None, specs)
             static = static_inputs(model, specs)
+            roles = input_roles(model)
+            kept = static | {n for n, r in roles.items() if r.kind == "zero_point"}
             more = more_samples_for(recipe, samples,
-                                    keep=tuple(i for i, n in enumerate(names) if n in static))
+                                    keep=tuple(i for i, n in enumerate(names) if n in kept))
+            # drawn indices and divisors fit the graph as made-up ones do (integral, in range)
+            fitted = {n: r for n, r in roles.items() if n not in kept}
+            rng = np.random.default_rng([recipe.seed, 2])
+            more = tuple(tuple(fit_to_roles(model, dict(zip(names, s)), fitted, rng)[n]
+                               for n in names) for s in more)
             return LoadedModel(self, model, samples, names, more_samples=more,
                                notes=(*notes, drawn_note(len(more)),
                                       *coverage_notes(names, (samples, *more))))
