@@ -18,7 +18,8 @@ from edgekit.pipeline.frontends.onnx_expand import (KNOWN_TO_FAIL, expand_functi
 from tests.integration.helpers import edgekit
 from tests.integration.test_onnx_inputs import one_error, save
 
-FUNCTION_CASES = r"^test_(attention|rms_normalization|rotary_embedding|affine_grid)_"
+FUNCTION_CASES = (r"^test_(attention|rms_normalization|rotary_embedding|affine_grid|"
+                  r"linear_attention|flexattention|causal_conv_with_state)")
 # opset-23 Attention as models meet it: 3-D and 4-D, GQA, causal, a KV cache with empty
 # optional inputs before it (onnx.inliner refuses those), softcap, a 3-D mask
 BUILT = ("test_attention_3d", "test_attention_4d_gqa_causal_nonpad_decode",
@@ -31,7 +32,7 @@ def cases(pattern):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         return [c for c in collect_testcases()
-                if re.search(pattern, c.name) and not c.name.endswith("_expanded")]
+                if re.search(pattern, c.name) and "_expanded" not in c.name]
 
 
 def assert_like_expected(case, outputs):

@@ -12,17 +12,12 @@ from collections import Counter
 # torch-mlir/IREE as pinned): their spec bodies compile. Others with a body (Softmax, Gelu, …)
 # lower directly, and better, as themselves.
 KNOWN_TO_FAIL = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding",
-                           "LinearAttention", "FlexAttention", "AffineGrid"})
+                           "LinearAttention", "FlexAttention", "AffineGrid",
+                           "CausalConvWithState"})
+# Domains whose ops may be expanded: the standard one and its preview (FlexAttention)
+_DOMAINS = ("", "ai.onnx", "ai.onnx.preview")
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _MAX_ROUNDS = 4     # a body may hold another such op (none does in onnx 1.23): expand it too
-
-
-def function_body_ops(model) -> set[str]:
-    """The standard ops of the model's main graph that have a function body at its opset."""
-    opset = _opset(model)
-    return {n.op_type for n in model.graph.node
-            if n.domain in _DEFAULT_DOMAINS and _schema(n.op_type, opset) is not None
-            and _has_body(_schema(n.op_type, opset))}
 
 
 def expand_functions(model, ops=KNOWN_TO_FAIL):
@@ -30,15 +25,15 @@ def expand_functions(model, ops=KNOWN_TO_FAIL):
     the ops expanded). Nodes whose schema has no body at the model's opset stay."""
     import onnx
     expanded: Counter = Counter()
-    if not any(n.domain in _DEFAULT_DOMAINS and n.op_type in ops for n in model.graph.node):
+    if not any(n.domain in _DOMAINS and n.op_type in ops for n in model.graph.node):
         return model, expanded      # as given (its digest, hence the cache key, unchanged)
     for _ in range(_MAX_ROUNDS):
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-        opset = _opset(model)
+        opsets = {o.domain or "": o.version for o in model.opset_import}
         types = _known_types(model)
         nodes, changed = [], False
         for index, node in enumerate(model.graph.node):
-            found = _body_of(node, opset, types, ops)
+            found = _body_of(node, opsets, types, ops)
             if found is None:
                 nodes.append(node)
                 continue
@@ -64,10 +59,10 @@ def _opset(model) -> int:
                default=0)
 
 
-def _schema(op: str, opset: int):
+def _schema(op: str, opset: int, domain: str = ""):
     import onnx
     try:
-        return onnx.defs.get_schema(op, opset, "")
+        return onnx.defs.get_schema(op, opset, domain)
     except onnx.defs.SchemaError:
         return None
 
@@ -86,13 +81,16 @@ def _known_types(model) -> dict:
     return types
 
 
-def _body_of(node, opset: int, types: dict, ops):
-    """The FunctionProto of the node's op at the model's opset, or None (not asked for, no
-    body, or a context-dependent body that needs an input type shape inference did not give)."""
+def _body_of(node, opsets: dict, types: dict, ops):
+    """The node (with its schema's default attributes) and the FunctionProto of its op at the
+    model's opset of its domain, or None (not asked for, no body, or a context-dependent body
+    that needs an input type shape inference did not give)."""
     import onnx
-    if node.domain not in _DEFAULT_DOMAINS or node.op_type not in ops:
+    if node.domain not in _DOMAINS or node.op_type not in ops:
         return None
-    schema = _schema(node.op_type, opset)
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opset = opsets.get(domain, opsets.get("ai.onnx", 0) if not domain else 0)
+    schema = _schema(node.op_type, opset, domain)
     if schema is None or not _has_body(schema):
         return None
     with_defaults = onnx.NodeProto()
