@@ -125,3 +125,14 @@ def test_the_onnx_model_is_unchanged_on_disk_and_goldens_come_from_it(tmp_path):
     assert onnx.load(str(tmp_path / "model.onnx")).SerializeToString() == before
     assert bundle.manifest.golden_reference.startswith(("onnxruntime", "onnx.reference"))
     assert validate_local(bundle.path).ok
+
+
+def test_check_takes_the_graph_as_the_build_does_and_calls_attention_buildable(tmp_path):
+    import json
+    (case,) = cases("^test_attention_3d$")
+    onnx.save(case.model, str(tmp_path / "attention.onnx"))
+    proc = edgekit("check", str(tmp_path / "attention.onnx"), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["buildable"] and report["chosen"] == "torch", report
+    assert "Attention" not in {o["op"] for o in report["ops"]}   # its body's ops instead

@@ -231,7 +231,10 @@ class OnnxFrontend(Frontend[Model]):
             first_note="ONNX model: IREE's own ONNX input tried first")
 
     def graph_to_check(self, recipe: Recipe) -> tuple[Model, str]:
-        model = load_onnx(recipe.resolve(recipe.model.onnx or ""))
+        """The graph as the build imports it: ops IREE cannot lower expanded (as `export`)."""
+        model, expanded = expand_functions(load_onnx(recipe.resolve(recipe.model.onnx or "")))
+        if expanded:
+            model, _ = fold_constants(model)
         return model, onnx_digest(model)
 
     def op_modules(self, graph: Model) -> list[OpModule]:
