@@ -112,6 +112,11 @@ class Validation(Tolerance):
 
     outputs: dict[str, Tolerance] = pydantic.Field(
         default_factory=dict, description="per-output overrides, keyed by output name")
+    reference: Literal["float32", "float64"] = pydantic.Field(
+        default="float32",
+        description="PyTorch models: the golden outputs' eager run; `float64` runs the model "
+                    "in float64 (outputs rounded to the module's type) and the build says how "
+                    "far eager float32 is from it, the error the module's is to be read against")
     accept_uninformative: bool | tuple[str, ...] = pydantic.Field(
         default=False,
         description="build although these outputs' golden values cannot tell a right module "

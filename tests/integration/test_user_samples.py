@@ -82,3 +82,52 @@ def test_accepting_it_knowingly_builds(models, write_recipe):
                           "validation: {accept_uninformative: true}\n")
     bundle = build(BuildOptions(recipe=recipe, target="host", use_cache=False)).bundle
     assert len(bundle.manifest.more_golden) == 2
+
+
+WIDE_SUM = '''
+import torch
+from torch import nn
+
+
+class WideSum(nn.Module):
+    """Long float32 dot products of large values: eager float32 is visibly off from float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4096, 4)
+        with torch.no_grad():
+            self.fc.weight.uniform_(-300.0, 300.0)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def wide_sum():
+    torch.manual_seed(0)
+    return WideSum().eval(), (torch.rand(1, 4096) * 1000,)
+'''
+
+
+def test_a_float64_reference_gives_the_goldens_and_says_how_far_eager_float32_is(
+        tmp_path, write_recipe):
+    import torch
+
+    from edgekit import validate_local
+    (tmp_path / "wide.py").write_text(WIDE_SUM)
+    recipe = write_recipe("name: wide\nmodel: {python: wide.py:wide_sum}\n"
+                          "validation: {reference: float64, rtol: 0.001}\n")
+    bundle = build(BuildOptions(recipe=recipe, target="host", use_cache=False)).bundle
+    (note,) = [n for n in bundle.manifest.model_notes if "eager float64" in n]
+    assert "eager float32 is off from them by" in note
+    golden = np.load(bundle.file(bundle.manifest.golden_outputs[0]))
+    x = np.load(bundle.file(bundle.manifest.golden_inputs[0]))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("wide", tmp_path / "wide.py")
+    wide = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wide)
+    model, _ = wide.wide_sum()
+    with torch.no_grad():
+        exact = model.double()(torch.from_numpy(x).double()).numpy()
+    assert golden.dtype == np.float32
+    np.testing.assert_array_equal(golden, exact.astype(np.float32))
+    assert validate_local(bundle.path).ok
