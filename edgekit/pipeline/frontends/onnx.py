@@ -21,7 +21,8 @@ from edgekit.pipeline.export import ExportedModel, declared_shape, with_signatur
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
 from edgekit.pipeline.frontends.onnx_expand import (expand_functions, expansion_note,
                                                     fold_constants, folded_note,
-                                                    static_inputs, with_constant_inputs)
+                                                    static_inputs, with_constant_inputs,
+                                                    with_run_shapes)
 from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
                                                      refuse_contradicting_samples,
                                                      refuse_shape_inputs)
@@ -176,6 +177,7 @@ class OnnxFrontend(Frontend[Model]):
         if expanded or values:
             graph, _ = fold_constants(graph)    # run-time axes and shapes made constants
         if expanded:
+            graph = with_run_shapes(graph, dict(zip(loaded.input_names, sets[0])))
             notes = (*notes, expansion_note(expanded))
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(sets[0])]
         exported = with_signature(self, graph, onnx_digest(graph),

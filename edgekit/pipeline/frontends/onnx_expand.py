@@ -334,3 +334,39 @@ def _rename_reads(nodes, renamed: dict) -> None:
                 shadowed = {v.name for v in graph.input}
                 _rename_reads(graph.node, {k: v for k, v in renamed.items()
                                            if k not in shadowed})
+
+
+def with_run_shapes(model, feeds: dict):
+    """The model with a static type for every tensor whose rank shape inference leaves unknown
+    (a Squeeze without axes in a spec body: AffineGrid's), read from a run of the onnx reference
+    evaluator on `feeds`. Only for models whose inputs all have static shapes (a run's shapes
+    are then the model's); unchanged when every rank is known or the run fails."""
+    import onnx
+    from onnx import helper
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    if any(_static_dims(v.type.tensor_type) is None for v in model.graph.input
+           if v.type.HasField("tensor_type")):
+        return model
+    typed = {v.name for v in (*model.graph.value_info, *model.graph.input,
+                              *model.graph.output)
+             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    typed |= {t.name for t in model.graph.initializer}
+    unknown = [o for n in model.graph.node for o in n.output if o and o not in typed]
+    if not unknown:
+        return model
+    try:
+        from onnx.reference import ReferenceEvaluator
+        values = ReferenceEvaluator(model).run(None, feeds, intermediate=True)
+    except Exception:  # noqa: BLE001 -- the evaluator raises what numpy raises: left as is
+        return model
+    known = {v.name for v in model.graph.value_info}
+    for name in unknown:
+        value = values.get(name)
+        if value is None or not hasattr(value, "dtype") or value.dtype == object:
+            continue
+        if name in known:
+            model.graph.value_info.remove(next(v for v in model.graph.value_info
+                                               if v.name == name))
+        model.graph.value_info.append(helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape)))
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
