@@ -136,3 +136,23 @@ def test_check_takes_the_graph_as_the_build_does_and_calls_attention_buildable(t
     report = json.loads(proc.stdout)
     assert report["buildable"] and report["chosen"] == "torch", report
     assert "Attention" not in {o["op"] for o in report["ops"]}   # its body's ops instead
+
+
+@pytest.mark.parametrize("name, op", [("test_affine_grid_2d", "AffineGrid"),
+                                      ("test_rms_normalization_3d_axis1_epsilon",
+                                       "RMSNormalization"),
+                                      ("test_rotary_embedding_interleaved", "RotaryEmbedding"),
+                                      ("test_flexattention_gqa", "FlexAttention"),
+                                      ("test_causal_conv_with_state_silu", "CausalConvWithState")])
+def test_other_function_ops_build_and_give_the_cases_outputs(name, op, tmp_path):
+    (case,) = cases(f"^{name}$")
+    inputs = list(case.data_sets[0][0])
+    bundle = build_model(case.model, "host", tmp_path, inputs)
+    assert any(f"{op} ×1" in n for n in bundle.manifest.model_notes), bundle.manifest.model_notes
+    assert validate_local(bundle.path).ok
+    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
+    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
+    try:
+        assert_like_expected(case, rep.run(inputs))
+    finally:
+        rep.close()
