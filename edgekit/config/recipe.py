@@ -42,6 +42,11 @@ class ModelSource(Frozen):
                     "can run any code the file holds): only for files you made or trust; "
                     "also `--trust-pickle`")
     onnx: str | None = pydantic.Field(default=None, description="path to an .onnx file")
+    # after the sources: the first string of a dump is the model file (source_key.py)
+    cache: Literal["none", "static"] | None = pydantic.Field(
+        default=None,
+        description="a Hugging Face causal LM's KV cache: `none` (each call takes the whole "
+                    "prompt; what edgekit chooses when not set) or `static` (not built yet)")
 
     @pydantic.model_validator(mode="after")
     def _exactly_one(self) -> "ModelSource":
@@ -49,6 +54,9 @@ class ModelSource(Frozen):
         if len(given) != 1:
             raise ValueError("give exactly one of `python: module:factory`, `exported: file.pt2` "
                              "or `onnx: model.onnx`")
+        if self.cache and not self.python:
+            raise ValueError("`cache` is for a `python: module:factory` model (a Hugging Face "
+                             "causal LM)")
         if self.trust_pickle and not self.exported:
             raise ValueError("`trust_pickle` is for an `exported: file.pt2` model")
         if self.python and ":" not in self.python:
@@ -67,6 +75,10 @@ class InputSpec(Frozen):
     dtype: DType = "float32"
     low: float | None = pydantic.Field(default=None, description="range of random samples")
     high: float | None = None
+    static: bool = pydantic.Field(
+        default=False, description="ONNX: the input's value in `samples:` is built into the "
+                                   "module as a constant (shape, axes and size inputs are, "
+                                   "without asking); the module ignores what is passed")
 
 
 class DynamicDim(Frozen):
@@ -147,6 +159,11 @@ class Validation(Tolerance):
 
     outputs: dict[str, Tolerance] = pydantic.Field(
         default_factory=dict, description="per-output overrides, keyed by output name")
+    reference: Literal["float32", "float64"] = pydantic.Field(
+        default="float32",
+        description="PyTorch models: the golden outputs' eager run; `float64` runs the model "
+                    "in float64 (outputs rounded to the module's type) and the build says how "
+                    "far eager float32 is from it, the error the module's is to be read against")
     accept_uninformative: bool | tuple[str, ...] = pydantic.Field(
         default=False,
         description="build although these outputs' golden values cannot tell a right module "

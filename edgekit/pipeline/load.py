@@ -44,8 +44,8 @@ def more_like(samples: tuple[np.ndarray, ...], rng: np.random.Generator,
               count: int = SAMPLE_SETS - 1) -> tuple[tuple[np.ndarray, ...], ...]:
     """`count` further samples shaped and typed like `samples`, with values like each array's
     own (so ids, indices and masks stay as valid as the example's): floats normal with its mean
-    and standard deviation (1 when constant), integers between its min and max, booleans as
-    they are."""
+    and standard deviation (1 when constant; whole-number floats as whole numbers between its
+    min and max), integers between its min and max, booleans as they are."""
     def like(array: np.ndarray) -> np.ndarray:
         if array.size == 0 or array.dtype.kind == "b":
             return array
@@ -55,6 +55,10 @@ def more_like(samples: tuple[np.ndarray, ...], rng: np.random.Generator,
                                 ).astype(array.dtype)
         if array.dtype.kind == "f" or array.dtype.isbuiltin == 2:
             values = array.astype(np.float64)
+            if low < high and np.all(np.isfinite(values)) and np.all(values == np.round(values)):
+                # whole numbers in a float tensor (indices, counts): drawn whole, within range
+                return rng.integers(int(low), int(high), size=array.shape, endpoint=True
+                                    ).astype(array.dtype)
             mean, std = float(values.mean()), float(values.std())
             if not np.isfinite([mean, std]).all():
                 mean, std = 0.0, 1.0
@@ -128,18 +132,45 @@ def as_declared(array: np.ndarray, dtype: str) -> np.ndarray:
     return array
 
 
-def more_samples_for(recipe: Recipe, first: tuple[np.ndarray, ...]
-                     ) -> tuple[tuple[np.ndarray, ...], ...]:
-    """The validation samples after the first: none when the recipe gives `samples:` (the
-    user's inputs are the ones that count), random ones as declared in `inputs:`, else ones
-    like the model source's example."""
-    if recipe.samples:
-        return ()
+def more_samples_for(recipe: Recipe, first: tuple[np.ndarray, ...],
+                     keep: tuple[int, ...] = ()) -> tuple[tuple[np.ndarray, ...], ...]:
+    """The validation samples after the first: random ones as declared in `inputs:`, else
+    ones like the first (the user's `samples:` or the model source's example). With a user's
+    single sample set the drawn ones are what the "same output for every sample" check needs:
+    without them a module that ignores its inputs would pass. `keep`: positions of inputs that
+    stay as in `first` (shapes, axes: values the model is built for)."""
     rng = np.random.default_rng([recipe.seed, 1])   # not the first sample's stream
-    if recipe.inputs:
+    if recipe.inputs and not recipe.samples:
         return tuple(tuple(random_input(spec, recipe, rng) for spec in recipe.inputs)
                      for _ in range(SAMPLE_SETS - 1))
-    return more_like(first, rng)
+    drawn = more_like(first, rng)
+    return tuple(tuple(first[i] if i in keep else a for i, a in enumerate(s)) for s in drawn)
+
+
+DRAWN_PREFIX = "the recipe's `samples:` is one input set"
+DRAWN_NONE = (f"{DRAWN_PREFIX} and no other could be drawn like it: an output the same for "
+              "every input would not be caught")
+
+
+def drawn_note(count: int) -> str:
+    return (f"{DRAWN_PREFIX}: {count} more drawn like it (values within its range) for "
+            "validation, so that an output the same for every input is caught")
+
+
+def coverage_notes(names: tuple[str, ...], sets) -> tuple[str, ...]:
+    """One note per input that holds one value everywhere in every sample (a mask all ones,
+    token ids all the same): the paths other values take are not validated."""
+    notes = []
+    for i, name in enumerate(names):
+        arrays = [s[i] for s in sets if i < len(s)]
+        if not arrays or any(a.size < 2 for a in arrays):
+            continue
+        first = arrays[0].reshape(-1)[0]
+        if all(np.all(a == first) for a in arrays):
+            notes.append(f"input {name!r} is {first.item()!r} everywhere in every validation "
+                         "sample: what other values do is not validated (give samples that "
+                         "vary it)")
+    return tuple(notes)
 
 
 def _member(data, name: str) -> np.ndarray:

@@ -47,6 +47,17 @@ def gpt2():
     return GPT2LMHeadModel(config).eval(), (token_ids(0),)
 
 
+def llama():
+    """A Llama-style causal LM (RoPE, RMSNorm, SwiGLU, grouped-query attention) with
+    transformers' default `use_cache=True`: edgekit builds it without a cache and says so."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval(), (token_ids(0),)
+
+
 def token_ids(seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(seed))
 
@@ -196,4 +207,6 @@ CORPUS = (
     Entry("mobilenet", "MobileNetV2 (inverted residuals, depthwise convs)", "mobilenet",
           _image((1, 3, 64, 64))),
     Entry("vit", "ViT (patch embedding, pre-norm encoder, GELU)", "vit", _image((1, 3, 32, 32))),
+    Entry("llama", "Llama-style decoder with LM head, no KV cache (transformers "
+          "LlamaForCausalLM)", "llama", lambda s: (token_ids(s),)),
 )

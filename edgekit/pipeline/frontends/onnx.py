@@ -19,12 +19,18 @@ from edgekit.config.recipe import InputSpec, ModelSource, Recipe
 from edgekit.errors import ConfigError, ModelLoadError, QuantizationError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
+from edgekit.pipeline.frontends.onnx_expand import (expand_functions, expansion_note,
+                                                    fold_constants, folded_note,
+                                                    static_inputs, with_constant_inputs,
+                                                    with_run_shapes)
 from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
                                                      refuse_contradicting_samples,
                                                      refuse_shape_inputs)
 from edgekit.pipeline.frontends.onnx_source import (Reference, check_outputs, load_onnx,
                                                     onnx_digest, onnx_inputs)
-from edgekit.pipeline.load import SAMPLE_SETS, LoadedModel, random_input, sample_inputs
+from edgekit.pipeline.load import (DRAWN_NONE, DRAWN_PREFIX, SAMPLE_SETS, LoadedModel,
+                                   coverage_notes, drawn_note, more_samples_for, random_input,
+                                   sample_inputs)
 from edgekit.pipeline.lower import ImportedGraph, LoweringSource
 from edgekit.toolchain import torch_mlir
 
@@ -92,7 +98,25 @@ class OnnxFrontend(Frontend[Model]):
                           for n, shape, dtype in graph_inputs)
         if recipe.samples:
             samples = sample_inputs(recipe, None, specs)
-            return LoadedModel(self, model, samples, names, notes=tuple(notes))
+            static = static_inputs(model, specs)
+            roles = input_roles(model)
+            kept = static | {n for n, r in roles.items() if r.kind == "zero_point"}
+            more = more_samples_for(recipe, samples,
+                                    keep=tuple(i for i, n in enumerate(names) if n in kept))
+            # drawn indices and divisors fit the graph as made-up ones do (integral, in range)
+            fitted = {n: r for n, r in roles.items() if n not in kept}
+            rng = np.random.default_rng([recipe.seed, 2])
+            more = tuple(tuple(fit_to_roles(model, dict(zip(names, s)), fitted, rng)[n]
+                               for n in names) for s in more)
+            return LoadedModel(self, model, samples, names, more_samples=more,
+                               notes=(*notes, drawn_note(len(more)),
+                                      *coverage_notes(names, (samples, *more))))
+        marked = [i for i, s in enumerate(recipe.inputs) if s.static]
+        if marked:
+            raise ConfigError(f"input {recipe.inputs[marked[0]].name!r} is marked `static: "
+                              "true` but the recipe gives no `samples:` to take its value from",
+                              where=str(recipe.path), key=f"inputs[{marked[0]}].static",
+                              hint="give `samples:` (a .npz with an array per input name)")
         if not recipe.inputs:
             dynamic = {n: [d for d in shape if isinstance(d, str)] for n, shape, _ in graph_inputs}
             dynamic = {n: d for n, d in dynamic.items() if d}
@@ -129,18 +153,34 @@ class OnnxFrontend(Frontend[Model]):
                          s.astype(np.float32).astype(np.float64) for s in sample)
         ref = Reference(loaded.model, loaded.input_names, loaded.random_inputs)
         sets = [as_module_sees(s) for s in (loaded.samples, *loaded.more_samples)]
-        goldens = [ref(s) for s in sets]
+        notes = loaded.notes
+        if recipe.samples:     # the sets after the user's were drawn: they must fit the model
+            goldens, sets, notes = _with_drawn_that_fit(ref, sets, notes)
+        else:
+            goldens = [ref(s) for s in sets]
         refuse_contradicting_samples(loaded.model, loaded.random_inputs, goldens,
                                      str(recipe.resolve(recipe.model.onnx or "")))
-        notes = loaded.notes
         if not keep_f64 and any(a.dtype == np.float64 for a in (*sets[0], *goldens[0])):
             sets = [tuple(_f32(a) for a in s) for s in sets]
             goldens = [tuple(_f32(a) for a in g) for g in goldens]
             notes = (*notes, "float64 inputs and outputs are computed in float32 (IREE "
                              f"demotes f64 by default; `{F64_KEPT}` in `compile.flags` keeps "
                              "them)")
+        # goldens come from the model as given; IREE gets the spec's bodies of what it cannot
+        # lower (the same model by the spec's definition)
+        graph, expanded = expand_functions(loaded.model)
+        static = static_inputs(loaded.model, recipe.inputs or ()) if recipe.samples else set()
+        values = {n: a for n, a in zip(loaded.input_names, loaded.samples) if n in static}
+        if values:
+            graph = with_constant_inputs(graph, values)
+            notes = (*notes, folded_note(values))
+        if expanded or values:
+            graph, _ = fold_constants(graph)    # run-time axes and shapes made constants
+        if expanded:
+            graph = with_run_shapes(graph, dict(zip(loaded.input_names, sets[0])))
+            notes = (*notes, expansion_note(expanded))
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(sets[0])]
-        exported = with_signature(self, loaded.model, onnx_digest(loaded.model),
+        exported = with_signature(self, graph, onnx_digest(graph),
                                   loaded.input_names, shapes, sets[0], goldens[0],
                                   reference=ref.name, notes=notes)
         return dataclasses.replace(exported, more_samples=tuple(sets[1:]),
@@ -193,7 +233,10 @@ class OnnxFrontend(Frontend[Model]):
             first_note="ONNX model: IREE's own ONNX input tried first")
 
     def graph_to_check(self, recipe: Recipe) -> tuple[Model, str]:
-        model = load_onnx(recipe.resolve(recipe.model.onnx or ""))
+        """The graph as the build imports it: ops IREE cannot lower expanded (as `export`)."""
+        model, expanded = expand_functions(load_onnx(recipe.resolve(recipe.model.onnx or "")))
+        if expanded:
+            model, _ = fold_constants(model)
         return model, onnx_digest(model)
 
     def op_modules(self, graph: Model) -> list[OpModule]:
@@ -221,6 +264,23 @@ class OnnxFrontend(Frontend[Model]):
             f"{qdq.format} int8 model: {qdq.quantized} of {qdq.contractions} contractions are "
             "quantized; `lowering: auto` takes torch (IREE's ONNX input), the lowering that "
             "keeps them integer"))
+
+
+def _with_drawn_that_fit(ref, sets, notes):
+    """(goldens, sets, notes): the user's set and the drawn ones the reference runs with
+    outputs shaped as the user's (a drawn set that fails, or gives other shapes, is not one the
+    model is built for: the drawn sets are then left out, and the note says so)."""
+    first = ref(sets[0])
+    notes = tuple(n for n in notes if not n.startswith(DRAWN_PREFIX))
+    try:
+        more = [ref(s) for s in sets[1:]]
+    except ModelLoadError as failed:
+        return [first], sets[:1], (*notes, f"{DRAWN_NONE} (the reference fails on drawn "
+                                           f"values: {failed.what})")
+    if any(tuple(a.shape for a in g) != tuple(a.shape for a in first) for g in more):
+        return [first], sets[:1], (*notes, f"{DRAWN_NONE} (drawn values change the outputs' "
+                                           "shapes)")
+    return [first, *more], sets, (*notes, drawn_note(len(more)))
 
 
 def _float64_signature(model) -> bool:

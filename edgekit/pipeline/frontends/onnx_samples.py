@@ -161,12 +161,14 @@ def constant_of(model, name: str) -> np.ndarray | None:
 
 def refuse_shape_inputs(roles: dict[str, Role], names, where: str) -> None:
     """A one-line request for `samples:` when an input edgekit would have to make up sets a
-    shape or a size."""
+    shape, a size or axes (with samples, their values are built in: onnx_expand)."""
     for name in names:
         role = roles.get(name)
-        if role and role.kind == "shape":
+        if role and role.kind in ("shape", "axes"):
+            # axes too: IREE compiles them only as constants, taken from the samples
+            what = "a shape or size" if role.kind == "shape" else "the axes"
             raise ModelLoadError(
-                f"input {name!r} sets a shape or size of {role.op}: random values for it mean "
+                f"input {name!r} sets {what} of {role.op}: random values for it mean "
                 "nothing", where=where,
                 hint=f"give real values in `samples:` (a .npz with an array named {name!r} "
                      "beside the other inputs)")

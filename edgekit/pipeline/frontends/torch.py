@@ -24,8 +24,9 @@ from edgekit.config.recipe import Quantize, Recipe
 from edgekit.errors import ConfigError, ModelLoadError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
-from edgekit.pipeline.load import (LoadedModel, import_callable, more_samples_for,
-                                   sample_inputs)
+from edgekit.pipeline.frontends.torch_hf import with_cache_choice
+from edgekit.pipeline.load import (LoadedModel, coverage_notes, drawn_note, import_callable,
+                                   more_samples_for, sample_inputs)
 from edgekit.pipeline.lower import ImportedGraph
 from edgekit.pipeline.rewrite import rewrite_graph
 from edgekit.toolchain import torch_mlir
@@ -51,12 +52,15 @@ class TorchFrontend(Frontend[Program]):
             model, examples = _load_exported(path), None
         else:
             model, examples = _call_factory(recipe, source.python or "")
+        model, chosen = with_cache_choice(recipe, model)
         samples = sample_inputs(recipe, examples)
         names = tuple(s.name for s in recipe.inputs) or _argument_names(model, len(samples))
         described = tuple(f"{list(a.shape)} {a.dtype}" for a in examples or ())
+        more = more_samples_for(recipe, samples)
+        notes = (*chosen, *((drawn_note(len(more)),) if recipe.samples else ()))
         return LoadedModel(frontend=self, model=model, samples=samples, input_names=names,
-                           more_samples=more_samples_for(recipe, samples),
-                           example_inputs=described)
+                           more_samples=more, example_inputs=described,
+                           notes=(*notes, *coverage_notes(names, (samples, *more))))
 
     def export(self, recipe: Recipe, loaded: LoadedModel) -> ExportedModel[Program]:
         args = tuple(torch.from_numpy(np.array(s)) for s in loaded.samples)
@@ -76,8 +80,12 @@ class TorchFrontend(Frontend[Program]):
             sys.stderr.write(said.getvalue())  # a successful export's warnings still show
             run = loaded.model
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(loaded.samples)]
-        return self.exported(program, run, tuple(loaded.samples), loaded.input_names, shapes,
-                             loaded.more_samples)
+        exported = self.exported(program, run, tuple(loaded.samples), loaded.input_names,
+                                 shapes, loaded.more_samples)
+        exported = dataclasses.replace(exported, notes=(*exported.notes, *loaded.notes))
+        if recipe.validation.reference == "float64":
+            exported = float64_golden(exported, run, loaded.model, str(recipe.path))
+        return exported
 
     def exported(self, program: Program, run, samples: tuple[np.ndarray, ...],
                  names: tuple[str, ...], shapes: list,
@@ -222,6 +230,50 @@ def export_failure(exc: Exception) -> ModelLoadError:
              "torch.where, or use torch.cond, instead of Python control flow on a tensor"
         if data_dependent else "the model must be traceable by torch.export (see "
                                "https://pytorch.org/docs/stable/export.html)")
+
+
+def float64_golden(exported: ExportedModel, run, model, where: str) -> ExportedModel:
+    """The golden outputs from the model run eagerly in float64 on the same samples (float
+    inputs widened; float outputs rounded back to the types eager float32 gives), with a note of
+    how far eager float32 is from them: the yardstick for the module's own error."""
+    import copy
+    if isinstance(model, Program):
+        raise ConfigError("`validation.reference: float64` needs the model's Python factory "
+                          "(an exported .pt2 program is fixed to its own dtypes)",
+                          where=where, key="validation.reference",
+                          hint="use `model: {python: module:factory}`, or leave the reference "
+                               "at float32")
+    wide = copy.deepcopy(run).double()
+
+    def widened(sample):
+        return tuple(s.astype(np.float64) if s.dtype.kind == "f" else s for s in sample)
+
+    def rounded(outputs, like):
+        return tuple(o.astype(g.dtype) if o.dtype.kind == "f" else o
+                     for o, g in zip(outputs, like))
+    try:
+        exact = [eager_outputs(wide, widened(s))
+                 for s in (exported.samples, *exported.more_samples)]
+    except Exception as exc:  # user code: a float32 tensor it makes meets a float64 one
+        raise ConfigError(f"the model does not run in float64: {type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else ''}", where=where,
+                          key="validation.reference",
+                          hint="make the model follow its inputs' dtype, or leave the "
+                               "reference at float32") from None
+    goldens = [exported.golden, *exported.more_golden]
+    worst, scale = 0.0, 0.0
+    for wide_out, narrow in zip(exact, goldens):
+        for w, n in zip(wide_out, narrow):
+            if w.dtype.kind == "f" and w.size:
+                worst = max(worst, float(np.max(np.abs(w - n.astype(np.float64)))))
+                scale = max(scale, float(np.max(np.abs(w))))
+    note = (f"golden outputs from eager float64 (`validation.reference: float64`): eager "
+            f"float32 is off from them by {worst:.3g} at most (largest |output| {scale:.3g}); "
+            "the module's error in `edgekit validate` reads against that")
+    return dataclasses.replace(
+        exported, golden=rounded(exact[0], goldens[0]),
+        more_golden=tuple(rounded(e, g) for e, g in zip(exact[1:], goldens[1:])),
+        reference=f"{exported.reference} in float64", notes=(*exported.notes, note))
 
 
 def eager_outputs(run, samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
