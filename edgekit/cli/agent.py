@@ -23,7 +23,7 @@ def agent() -> None:
 
 @agent.command("install", epilog=examples(
     "edgekit agent install lab-x86_64-1 --channel http://updates.example/stable",
-    "edgekit agent install pi@10.0.0.7 --channel http://u.example/stable --timer cron",
+    "edgekit agent install pi@10.0.0.7 --channel http://u.example/k --timer cron",
     "edgekit agent install --mender pi@10.0.0.7"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--channel", "url", help="the pull agent for this channel's URL "
@@ -84,7 +84,9 @@ def _install_mender(host: str, modules_dir: str | None, identity: Path | None,
                      f"{escape(host)} ({len(result.uploaded)} file(s) sent)", highlight=False)
 
 
-@agent.command("poll")
+@agent.command("poll", epilog=examples(
+    "edgekit agent poll pi@192.0.2.10",
+    "edgekit agent poll lab-x86_64-1 --json"))
 @click.argument("host", shell_complete=complete.devices)
 @IDENTITY
 @JSON

@@ -22,7 +22,9 @@ def bench() -> None:
     """Benchmark deployed models on devices; compare and report (`bench HOST … --app A`)."""
 
 
-@bench.command("run")
+@bench.command("run", epilog=examples(
+    "edgekit bench pi@192.0.2.10 --app kws-mlp",
+    "edgekit bench --lab --bundle build/kws-mlp-host --threads 1,2 --rounds 3"))
 @click.argument("hosts", nargs=-1, shell_complete=complete.devices)
 @click.option("--lab", "all_lab", is_flag=True, help="every running lab device")
 @click.option("--app", help="bench the app's current release")
@@ -69,7 +71,9 @@ def bench_run(hosts: tuple[str, ...], all_lab: bool, app: str | None, bundle: Pa
         render.out.print(f"report: {html}")
 
 
-@bench.command("compare")
+@bench.command("compare", epilog=examples(
+    "edgekit bench compare",
+    "edgekit bench compare 3f2a 9c1d --wide"))
 @click.argument("ids", nargs=-1)
 @click.option("--force", is_flag=True, help="compare two results although they measure "
               "different devices, apps, targets, thread counts or drivers")
@@ -101,7 +105,9 @@ def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
                               where=", ".join(sorted({f"{c.device} {c.app}" for c in regressions})))
 
 
-@bench.command("history")
+@bench.command("history", epilog=examples(
+    "edgekit bench history --app kws-mlp",
+    "edgekit bench history --json"))
 @click.option("--app", help="only this app")
 @JSON
 @WIDE
@@ -117,7 +123,9 @@ def bench_history(app: str | None, as_json: bool) -> None:
         render.bench_table(stored.results, with_ids=True)
 
 
-@bench.command("report")
+@bench.command("report", epilog=examples(
+    "edgekit bench report --html bench.html",
+    "edgekit bench report --app kws-mlp --html kws.html"))
 @click.option("--app", help="only this app")
 @click.option("--html", type=click.Path(path_type=Path), required=True)
 @JSON

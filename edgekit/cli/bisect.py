@@ -10,10 +10,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli import complete, render
-from edgekit.cli.common import HOST_HELP, IDENTITY, JSON, TRUST_PICKLE, handle_errors
+from edgekit.cli.common import HOST_HELP, IDENTITY, JSON, TRUST_PICKLE, examples, handle_errors
 
 
-@click.command()
+@click.command(epilog=examples(
+    "edgekit bisect --recipe kws.yaml --target rpi4 --host pi@192.0.2.10",
+    "edgekit bisect --bundle build/kws-mlp-rpi4 --local --html bisect.html"))
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML",
               shell_complete=complete.recipes)
 @click.option("--target", help="target profile name or YAML path (with --recipe)",

@@ -45,7 +45,7 @@ def _show(change) -> None:
 
 @channel.command("publish", epilog=examples(
     "edgekit channel publish out/kws --channel site/stable",
-    "edgekit channel publish out/kws --channel site/stable --percent 10,50,100 --max-fail 5%"))
+    "edgekit channel publish out/kws --channel site/kws --percent 10,50,100"))
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--channel", "channel_dir", required=True, type=click.Path(path_type=Path),
               help=CHANNEL_HELP)
@@ -67,8 +67,8 @@ def channel_publish(bundle: Path, channel_dir: Path, percent: str, max_fail: str
 
 @channel.command("promote", epilog=examples(
     "edgekit channel promote --channel site/stable",
-    "edgekit channel promote --channel site/stable --percent 10,50,100 --max-fail 5% "
-    "--every 600"))
+    "edgekit channel promote --channel site/kws --percent 10,50,100 --max-fail 5%",
+    "edgekit channel promote --channel site/kws --every 600"))
 @click.option("--channel", "channel_dir", required=True, type=click.Path(path_type=Path),
               help=CHANNEL_HELP)
 @click.option("--percent", help="new rollout steps, e.g. 10,50,100")
@@ -89,7 +89,9 @@ def channel_promote(channel_dir: Path, percent: str | None, max_fail: str | None
         render.emit_json(_change_json(change))
 
 
-@channel.command("pause")
+@channel.command("pause", epilog=examples(
+    "edgekit channel pause --channel site/stable",
+    "edgekit channel pause --channel site/stable --resume"))
 @click.option("--channel", "channel_dir", required=True, type=click.Path(path_type=Path),
               help=CHANNEL_HELP)
 @click.option("--resume", is_flag=True, help="resume a paused channel")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import click
 
 from edgekit.cli import complete, render
-from edgekit.cli.common import JSON, TRUST_PICKLE, WIDE, handle_errors
+from edgekit.cli.common import JSON, TRUST_PICKLE, WIDE, examples, handle_errors
 
 
-@click.command()
+@click.command(epilog=examples(
+    "edgekit check edgekit.examples.models:kws_mlp",
+    "edgekit check model.onnx --target rpi4 --json"))
 @click.argument("model")
 @click.option("--target", default="host", show_default=True, help="target profile",
               shell_complete=complete.targets)

@@ -7,10 +7,12 @@ import sys
 import click
 
 from edgekit.cli import complete, render
-from edgekit.cli.common import JSON, handle_errors
+from edgekit.cli.common import JSON, examples, handle_errors
 
 
-@click.command()
+@click.command(epilog=examples(
+    "edgekit completion bash > ~/.local/share/bash-completion/completions/edgekit",
+    "edgekit completion zsh > ~/.zfunc/_edgekit"))
 @click.argument("shell", type=click.Choice(complete.SHELLS))
 @JSON
 @handle_errors

@@ -7,10 +7,12 @@ from pathlib import Path
 import click
 
 from edgekit.cli import complete, render
-from edgekit.cli.common import JSON, handle_errors
+from edgekit.cli.common import JSON, examples, handle_errors
 
 
-@click.command()
+@click.command(epilog=examples(
+    "edgekit demo",
+    "edgekit demo --arch aarch64"))
 @click.option("--recipe", type=click.Path(path_type=Path),
               help="recipe YAML [default: the MobileNetV2-like example]",
               shell_complete=complete.recipes)

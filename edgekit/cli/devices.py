@@ -31,7 +31,8 @@ def probe(host: str, identity: Path | None, as_json: bool) -> None:
         render.probe_table(render.named(probed.device), probed.info)
 
 
-@click.command()
+@click.command(epilog=examples(
+    "edgekit provision pi@192.0.2.10 --target rpi4"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--target", help="(informational) the profile you will deploy",
               shell_complete=complete.targets)
@@ -62,7 +63,9 @@ def devices() -> None:
     """Known devices and their pinned host keys."""
 
 
-@devices.command("trust")
+@devices.command("trust", epilog=examples(
+    "edgekit devices trust pi@192.0.2.10",
+    "edgekit devices trust pi@192.0.2.10 --fingerprint SHA256:… --yes"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--fingerprint", help="pin only if the device's key has this SHA256 fingerprint")
 @click.option("--replace", is_flag=True, help="replace a pinned key (device re-imaged)")
@@ -91,7 +94,8 @@ def devices_trust(host: str, fingerprint: str | None, replace: bool, yes: bool,
         render.out.print(trusted.status)
 
 
-@devices.command("untrust-signer")
+@devices.command("untrust-signer", epilog=examples(
+    "edgekit devices untrust-signer pi@192.0.2.10 ci@example.com"))
 @click.argument("host")
 @click.argument("signer")
 @click.option("--identity", type=click.Path(path_type=Path), help="private key [default: the "
@@ -114,7 +118,9 @@ def devices_untrust_signer(host: str, signer: str, identity: Path | None,
                          highlight=False)
 
 
-@devices.command("list")
+@devices.command("list", epilog=examples(
+    "edgekit devices list",
+    "edgekit devices list --json"))
 @JSON
 @handle_errors
 def devices_list(as_json: bool) -> None:

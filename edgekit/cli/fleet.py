@@ -141,7 +141,9 @@ def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurren
     _finish(result, as_json, html)
 
 
-@fleet.command("resume")
+@fleet.command("resume", epilog=examples(
+    "edgekit fleet resume",
+    "edgekit fleet resume 20261202-0930"))
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @JSON
@@ -153,7 +155,9 @@ def fleet_resume(rollout: str | None, html: Path | None, as_json: bool) -> None:
     _finish(resume(rollout, on_event=_progress, html=html), as_json, html)
 
 
-@fleet.command("report")
+@fleet.command("report", epilog=examples(
+    "edgekit fleet report",
+    "edgekit fleet report 20261202-0930 --html fleet.html"))
 @click.argument("rollout", required=False)
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @JSON
@@ -165,7 +169,9 @@ def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
     _show(report(rollout, html=html), as_json, html)
 
 
-@fleet.command("status")
+@fleet.command("status", epilog=examples(
+    "edgekit fleet status --fleet fleet.yaml --app kws-mlp",
+    "edgekit fleet status --channel http://updates.example/stable"))
 @click.option("--fleet", "fleet_file", type=click.Path(path_type=Path), help=FLEET_HELP)
 @click.option("--channel", "channel_source",
               help="instead of --fleet: the reports of a release channel's devices (its "
@@ -195,7 +201,9 @@ def fleet_status(fleet_file: Path | None, channel_source: str | None, app: str |
         render.fleet_status_table(found.app, found.devices)
 
 
-@fleet.command("export-ansible")
+@fleet.command("export-ansible", epilog=examples(
+    "edgekit fleet export-ansible --fleet fleet.yaml --recipe kws.yaml",
+    "edgekit fleet export-ansible --fleet hosts.ini --recipe kws.yaml --out ans"))
 @click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
               help=FLEET_HELP)
 @click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
@@ -219,7 +227,8 @@ def fleet_export_ansible(fleet_file: Path, recipe: Path, out: Path, limit: str |
                      markup=False, highlight=False, soft_wrap=True)
 
 
-@fleet.command("check-outputs")
+@fleet.command("check-outputs", epilog=examples(
+    "edgekit fleet check-outputs out/bundles/kws-rpi4 outputs.tar"))
 @click.argument("release", type=click.Path(path_type=Path))
 @click.argument("outputs", type=click.Path(path_type=Path))
 @JSON

@@ -42,7 +42,9 @@ def lab_up(arch: str, count: int | None, names: tuple[str, ...], as_json: bool) 
         render.out.print(f"e.g. edgekit probe {started[0].name}", highlight=False)
 
 
-@lab.command("status")
+@lab.command("status", epilog=examples(
+    "edgekit lab status",
+    "edgekit lab status --json"))
 @JSON
 @handle_errors
 def lab_status(as_json: bool) -> None:
@@ -59,7 +61,8 @@ def lab_status(as_json: bool) -> None:
         render.out.print(f"{r['name']:<16} {r['address']:<28} {r['arch']:<8} {state}")
 
 
-@lab.command("down")
+@lab.command("down", epilog=examples(
+    "edgekit lab down"))
 @JSON
 @handle_errors
 def lab_down(as_json: bool) -> None:

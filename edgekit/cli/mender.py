@@ -18,8 +18,8 @@ def export() -> None:
 
 
 @export.command("mender", epilog=examples(
-    "edgekit export mender build/kws-rpi4 --device-type raspberrypi4 \\",
-    "    --key mender.pem -o kws.mender"))
+    "edgekit export mender build/kws-rpi4 --device-type raspberrypi4 -k m.pem",
+    "edgekit export mender build/kws-rpi4 --device-type pi4 -k m.pem -o k.mender"))
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--device-type", "device_types", multiple=True, required=True,
               help="a Mender device type the artifact installs on (repeat for several)")

@@ -12,7 +12,9 @@ from edgekit.cli.common import IDENTITY, JSON, WIDE, changing, connecting, examp
     handle_errors
 
 
-@click.command()
+@click.command(epilog=examples(
+    "edgekit releases pi@192.0.2.10 --app kws-mlp",
+    "edgekit releases lab-x86_64-1 --app kws-mlp --json"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @IDENTITY

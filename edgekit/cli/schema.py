@@ -5,10 +5,12 @@ from __future__ import annotations
 import click
 
 from edgekit.cli import render
-from edgekit.cli.common import JSON, handle_errors
+from edgekit.cli.common import JSON, examples, handle_errors
 
 
-@click.command()
+@click.command(epilog=examples(
+    "edgekit schema recipe > recipe.schema.json",
+    "edgekit schema fleet"))
 @click.argument("kind", type=click.Choice(["recipe", "fleet"]))
 @JSON
 @handle_errors

@@ -16,7 +16,9 @@ def targets() -> None:
     """List and inspect target profiles."""
 
 
-@targets.command("list")
+@targets.command("list", epilog=examples(
+    "edgekit targets list",
+    "edgekit targets list --json"))
 @JSON
 @WIDE
 @handle_errors
@@ -59,7 +61,8 @@ def targets_show(name: str, as_json: bool) -> None:
 
 @targets.command("derive", short_help="Write a target profile for a device from its probe.", help=(
     f"Probe HOST ({HOST_HELP}) and write a profile for it: the CPU and its features, cores, "
-    "the Vulkan device's IREE target; each value commented with its source."))
+    "the Vulkan device's IREE target; each value commented with its source."),
+    epilog=examples("edgekit targets derive pi@192.0.2.10 -o targets/my-board.yaml"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("-o", "--out", required=True, type=click.Path(path_type=Path),
               help="profile to write, e.g. targets/my-board.yaml (a Vulkan device adds "

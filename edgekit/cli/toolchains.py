@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import render
-from edgekit.cli.common import JSON, handle_errors
+from edgekit.cli.common import JSON, examples, handle_errors
 
 
 @click.group()
@@ -14,7 +14,9 @@ def toolchains() -> None:
     """Optional toolchains with conflicting pins (NPU compilers), in their own venvs."""
 
 
-@toolchains.command("install")
+@toolchains.command("install", epilog=examples(
+    "edgekit toolchains install npu",
+    "edgekit toolchains install rknn --accept-licence"))
 @click.argument("group", type=click.Choice(["npu", "rknn"]))
 @click.option("--accept-licence", is_flag=True,
               help="accept a proprietary toolchain's licence (rknn: Rockchip's)")
@@ -35,7 +37,8 @@ def toolchains_install(group: str, accept_licence: bool, as_json: bool) -> None:
         render.emit_json(rows)
 
 
-@toolchains.command("list")
+@toolchains.command("list", epilog=examples(
+    "edgekit toolchains list"))
 @JSON
 @handle_errors
 def toolchains_list(as_json: bool) -> None:
