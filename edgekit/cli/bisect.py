@@ -66,12 +66,12 @@ def bisect(recipe: Path | None, target: str | None, bundle: Path | None, no_tune
 
 
 def _table(level, quantization: str | None) -> Table:
-    table = Table(title=level.name)
-    for col in ("#", "module", "op", "max abs err", "cosine"):
-        table.add_column(col, justify="right" if col in ("#", "max abs err", "cosine") else "left")
+    columns = [("#", "num"), ("module", "short"), ("op", "short"), ("max abs err", "num"),
+               ("cosine", "num")]
     if quantization:
-        table.add_column(f"vs fp32: max abs / cosine ({quantization} error)", justify="right")
-    table.add_column("")
+        columns.append((f"vs fp32: max abs / cosine ({quantization} error)", "num"))
+    columns.append(("verdict", "short"))
+    table = render.fitted_table(escape(level.name), columns)
     for i, row in enumerate(level.rows, 1):
         c = row.check
         cells = [str(i), escape(row.tap.module or "(model)"), escape(row.tap.op),

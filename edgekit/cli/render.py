@@ -116,7 +116,7 @@ def set_wide(value: bool) -> None:
         out = SafeConsole(width=max(400, out.width))
 
 
-def fitted_table(title: str, columns: list[tuple[str, str]], **kwargs) -> Table:
+def fitted_table(title: str | None, columns: list[tuple[str, str]], **kwargs) -> Table:
     """A table that fits the terminal deliberately. Each column is (header, kind): "num" never
     wraps (a cut number reads as another number), "text" folds onto more lines, "short" (names,
     ids) wraps at its own spaces and folds long words, "key" (a name typed back: a target, a
@@ -438,13 +438,14 @@ def with_progress(work):
 
 def releases_table(device: str, app: str, infos) -> None:
     """`edgekit releases`: newest first, * = current."""
+    if not infos:   # a table of headers alone reads as a fault
+        out.print(f"no releases of {app} on {device}")
+        return
     table = fitted_table(f"{app} on {device}", [("", "short"), ("release", "short"),
                                                 ("target", "short"), ("created", "short")])
     for i in infos:
         table.add_row("*" if i.current else "", i.release, escape(i.target), i.created_at)
     out.print(table)
-    if not infos:
-        out.print(f"no releases of {app} on {device}")
 
 
 def bench_table(results, with_ids: bool = False) -> None:
@@ -575,7 +576,10 @@ def fleet_result(result) -> None:
     if wide:
         columns[-1:-1] = [("p90 before", "num"), ("p90 after", "num")]
         columns.append(("reason", "text"))
-    table = fitted_table(title, columns)
+    # the title is a line of its own: as a table title it wrapped mid-phrase at the width of
+    # a narrow table
+    out.print(escape(title), highlight=False)
+    table = fitted_table(None, columns)
     for d in result.devices:
         colour = FLEET_COLOURS.get(d.status, "white")
         row = [str(d.wave), escape(d.device), escape(d.target), f"[{colour}]{d.status}[/]",

@@ -29,9 +29,16 @@ def render_report(results: list[BenchResult], comparisons: list[Comparison],
     scaling = _scaling_svg(results)
     if scaling:
         plots.append(("Thread scaling: p50 latency (ms) by thread count", scaling))
-    plots.append(("History over releases: p50 latency (ms)", _history_svg(history or results)))
+    series = _series(history or results)
+    history_note = None
+    if any(len(runs) > 1 for runs in series.values()):
+        plots.append(("History over releases: p50 latency (ms)", _history_svg(series)))
+    else:   # one point per line is an empty axis with its labels on top of each other
+        history_note = ("History over releases: one run per device and configuration so far; "
+                        "the plot appears after a second run.")
     return TEMPLATES.get_template("bench.html.j2").render(
-        results=results, comparisons=comparisons, plots=plots, generated=generated)
+        results=results, comparisons=comparisons, plots=plots, generated=generated,
+        history_note=history_note)
 
 
 def _scale(ax, values: list[float]) -> None:
@@ -84,10 +91,15 @@ def _scaling_svg(results: list[BenchResult]) -> str | None:
     return _svg(fig)
 
 
-def _history_svg(history: list[BenchResult]) -> str:
+def _series(history: list[BenchResult]) -> dict[tuple, list[BenchResult]]:
+    """The runs of each device × app × threads, oldest first."""
     series: dict[tuple, list[BenchResult]] = defaultdict(list)
     for r in history:
         series[(r.device, r.app, r.config.get("threads"))].append(r)
+    return series
+
+
+def _history_svg(series: dict[tuple, list[BenchResult]]) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
     for (device, app, threads), runs in series.items():
         ax.plot(range(len(runs)), [r.latency.p50_ms for r in runs], marker="o",
@@ -95,7 +107,7 @@ def _history_svg(history: list[BenchResult]) -> str:
         for i, r in enumerate(runs):
             ax.annotate(r.release[:6], (i, r.latency.p50_ms), fontsize=6,
                         textcoords="offset points", xytext=(0, 4), ha="center")
-    _scale(ax, [r.latency.p50_ms for r in history])
+    _scale(ax, [r.latency.p50_ms for runs in series.values() for r in runs])
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("run (oldest → newest)")
     ax.set_ylabel("p50 ms")

@@ -68,3 +68,39 @@ def test_a_quantization_mode_breaks_at_its_hyphen_not_mid_word(narrow):
     lines = [line.strip() for line in narrow.getvalue().splitlines()]
     assert "int8-" in [line.split()[0] for line in lines if line] and \
         any(line.startswith("weights") for line in lines), narrow.getvalue()
+
+
+def test_the_fleet_update_title_is_one_line_at_80_columns(narrow):
+    from edgekit.models.fleet import DeviceOutcome, FleetResult, WaveSummary
+    devices = tuple(DeviceOutcome(device=f"pi-{i}", address=f"pi@192.0.2.{i}", target="rpi4",
+                                  wave=1, status="updated",
+                                  seconds=2.5)
+                    for i in range(2))
+    wave = WaveSummary(index=1, devices=("pi-0", "pi-1"), updated=2, unchanged=0, failed=0,
+                       allowed_failures="0", halted=False, complete=True, seconds=5.0)
+    render.fleet_result(FleetResult(id="20261202-093000-kws-mlp", app="kws-mlp-keyword-spotter",
+                                    status="completed", releases={}, waves=(wave,),
+                                    devices=devices, seconds=12.3, journal="j"))
+    lines = narrow.getvalue().splitlines()
+    assert ("rollout 20261202-093000-kws-mlp: kws-mlp-keyword-spotter — completed in 12.3 s"
+            in lines)
+    assert fits(narrow.getvalue())
+
+
+def test_releases_with_none_is_one_line_and_no_empty_table(narrow):
+    render.releases_table("pi-1", "kws-mlp", [])
+    assert narrow.getvalue().strip() == "no releases of kws-mlp on pi-1"
+
+
+def test_bisect_tables_share_the_other_tables_style_and_label_every_column(narrow):
+    from types import SimpleNamespace as NS
+
+    from edgekit.cli.bisect import _table
+    check = NS(max_abs_error=0.228, cosine=0.991658, ok=False)
+    row = NS(check=check, fp32=None, tap=NS(module="", op="aten.mean.dim"))
+    table = _table(NS(name="module boundaries", rows=[row]), None)
+    assert table.box is render.fitted_table("t", []).box
+    assert [c.header for c in table.columns] == ["#", "module", "op", "max abs err", "cosine",
+                                                 "verdict"]
+    render.out.print(table)
+    assert "beyond tolerance" in narrow.getvalue() and fits(narrow.getvalue())
