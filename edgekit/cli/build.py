@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from edgekit.cli import complete, render
 from edgekit.cli.common import IDENTITY, JSON, TRUST_PICKLE, WIDE, changing, examples, \
@@ -14,10 +15,13 @@ from edgekit.cli.common import IDENTITY, JSON, TRUST_PICKLE, WIDE, changing, exa
 
 @click.command(epilog=examples(
     "edgekit build --recipe recipes/kws_mlp.yaml --target rpi4",
+    "edgekit build model.onnx --target rpi4",
     "edgekit build --recipe recipes/kws_mlp.yaml --target host --tar",
     "edgekit build --recipe r.yaml --target rpi4 --compare-quantization"))
-@click.option("--recipe", "recipe", required=True, type=click.Path(path_type=Path),
-              help="recipe YAML", shell_complete=complete.recipes)
+@click.argument("model", required=False, type=click.Path(path_type=Path))
+@click.option("--recipe", "recipe", type=click.Path(path_type=Path),
+              help="recipe YAML (or give MODEL: an .onnx or .pt2 file; its recipe is written "
+              "to build/<name>.recipe.yaml)", shell_complete=complete.recipes)
 @click.option("--target", "target", required=True, help="target profile name or YAML path",
               shell_complete=complete.targets)
 @click.option("--out", type=click.Path(path_type=Path), help="bundle directory "
@@ -36,12 +40,25 @@ from edgekit.cli.common import IDENTITY, JSON, TRUST_PICKLE, WIDE, changing, exa
 @JSON
 @WIDE
 @handle_errors
-def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool,
+def build(model: Path | None, recipe: Path | None, target: str, out: Path | None,
+          no_cache: bool, tar: bool,
           no_tuned: bool, compare_quantization: bool, host: str | None, identity: Path | None,
           trust_pickle: bool, as_json: bool) -> None:
-    """Build a deployable bundle for a target from a recipe."""
+    """Build a deployable bundle for a target from a recipe, or from a model file."""
     from edgekit.api.build import BuildOptions, build as run_build
     from edgekit.errors import ConfigError
+    if (model is None) == (recipe is None):
+        raise ConfigError("give a model file (MODEL.onnx or MODEL.pt2) or --recipe, one of them",
+                          key="recipe", hint="edgekit build model.onnx --target host")
+    generated = None
+    if model is not None:
+        from edgekit.api.model_file import recipe_for_model
+        generated = recipe_for_model(model, out)
+        recipe = generated.path
+        if not as_json:
+            render.progress(f"recipe: {escape(str(generated.path))} "
+                        f"({'written' if generated.written else 'written earlier, used as it is'}"
+                        "; edit it for samples, quantization and tolerances)")
     options = BuildOptions(recipe=recipe, target=target, out=out, use_cache=not no_cache, tar=tar,
                            use_tuned=not no_tuned, trust_pickle=trust_pickle)
     if host and not compare_quantization:
@@ -61,7 +78,10 @@ def build(recipe: Path, target: str, out: Path | None, no_cache: bool, tar: bool
             render.quantization_comparison(results)
         return
     if as_json:
-        render.emit_json(render.build_json(run_build(options)))
+        answer = render.build_json(run_build(options))
+        if generated is not None:
+            answer["recipe"] = str(generated.path)
+        render.emit_json(answer)
         return
     with render.steps("building…") as status:
         result = run_build(options, on_stage=lambda name: status.update(f"{name}…"))
