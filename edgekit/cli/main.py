@@ -881,6 +881,7 @@ from edgekit.cli import tune as _tune_command  # noqa: E402,F401
 from edgekit.cli import bisect as _bisect_command  # noqa: E402,F401
 from edgekit.cli import derive as _derive_command  # noqa: E402,F401
 from edgekit.cli import toolchains as _toolchains_commands  # noqa: E402,F401
+from edgekit.cli import bundle as _bundle_commands  # noqa: E402,F401
 
 
 def main() -> None:

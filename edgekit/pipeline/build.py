@@ -117,7 +117,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     skey = source_key.source_key(options, base, target)
     out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
-    workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
+    workdir = BuildCache().workdir()   # on the cache's filesystem: the bundle moves in
     try:
         with source_key.recording_reads() as read:
             first_export = run_plan(FRONT[:2], recipe, recipe, timings, on_stage)
@@ -170,11 +170,10 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
                               steering.read_from, timings)
         if options.private:
             out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
-        _publish(entry, out, tuning, cached, key)
+        bundle = _publish(entry, out, tuning, cached, key)   # parsed and verified once
     finally:
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
-    bundle = load_bundle(out)
     tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=cached, seconds=time.perf_counter() - started,
                        stage_seconds=timings, tar=tar)
