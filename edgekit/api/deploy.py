@@ -42,16 +42,9 @@ class DeployOptions:
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
     """Ship a bundle to the device, validate it there, then activate it. The recipe's hooks
     (recorded in the bundle's manifest) run after activation."""
-    if (options.bundle is None) == (options.recipe is None):
-        raise ConfigError("give a bundle, or a recipe with --target (not both)", key="deploy",
-                          hint="edgekit deploy build/kws-mlp-rpi4 --host H, or "
-                               "edgekit deploy --recipe R --target T --host H")
-    if options.recipe is not None and not options.target:
-        raise ConfigError("--recipe needs --target (the profile to build for)", key="target",
-                          hint="edgekit targets list")
+    check_options(options)
     bundle = None
     if options.bundle is not None:
-        require_bundle_path(Path(options.bundle))   # a wrong path, before the device is named
         bundle = _open_private(Path(options.bundle), options.allow_unsigned)
     try:
         manifest = bundle.manifest if bundle else None
@@ -82,6 +75,20 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
             bundle.release()                        # a .tar's extraction
             if options.bundle is None or Path(options.bundle).is_dir():
                 shutil.rmtree(bundle.path.parent, ignore_errors=True)
+
+
+def check_options(options: DeployOptions) -> None:
+    """A bundle or a recipe with a target, and a bundle path that exists: before any device
+    is named."""
+    if (options.bundle is None) == (options.recipe is None):
+        raise ConfigError("give a bundle, or a recipe with --target (not both)", key="deploy",
+                          hint="edgekit deploy build/kws-mlp-rpi4 --host H, or "
+                               "edgekit deploy --recipe R --target T --host H")
+    if options.recipe is not None and not options.target:
+        raise ConfigError("--recipe needs --target (the profile to build for)", key="target",
+                          hint="edgekit targets list")
+    if options.bundle is not None:
+        require_bundle_path(Path(options.bundle))
 
 
 def policy_of(options: DeployOptions, hooks: Hooks | None) -> DeployPolicy:

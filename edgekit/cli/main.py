@@ -20,6 +20,8 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import complete, render
+from edgekit.cli import dry_run as dry_runs
+from edgekit.cli.dry_run import DRY_RUN_HELP
 from edgekit.errors import BenchRegression, EdgekitError, Interrupted, LoweringError, \
     NotBuildable, ValidationFailed
 
@@ -392,12 +394,13 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
               help="deploy a build older than the newest release activated on the device "
                    "(recorded in the device's journal)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @WIDE
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
            trust_pickle: bool, cpu_fallback: bool, allow_downgrade: bool,
-           as_json: bool) -> None:
+           as_json: bool, dry_run: bool) -> None:
     """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
     first; check the device, upload, validate on the device, then activate."""
     from edgekit.api.deploy import DeployOptions, deploy as run_deploy
@@ -405,6 +408,9 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
                             identity=identity, keep=keep, use_cache=not no_cache,
                             allow_unsigned=allow_unsigned, trust_pickle=trust_pickle,
                             cpu_fallback=cpu_fallback, allow_downgrade=allow_downgrade)
+    if dry_run:   # --dry-run (cli/dry_run.py): the plan, read from the device
+        from edgekit.api.dry_run import deploy_dry_run
+        return _show_dry_run(deploy_dry_run(options), dry_runs.deploy_plan, as_json)
     def stage(name: str, show=None) -> None:
         if name not in DEPLOY_STAGES_THAT_READ:
             _changing(f"the deploy's {name} step on {host}")
@@ -436,6 +442,13 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
         render.emit_json(render.deploy_json(result))
     else:
         render.deploy_summary(result)
+
+
+def _show_dry_run(result, show, as_json: bool) -> None:
+    if as_json:
+        render.emit_json(dry_runs.as_json(result))
+    else:
+        show(result)
 
 
 # deploy's stages (api.deploy, device.deploy) that change nothing on the device
@@ -518,9 +531,16 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @click.option("--to", "to", help="release id [default: the one activated before current]")
 @IDENTITY
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output (--dry-run)")
 @handle_errors
-def rollback(host: str, app: str, to: str | None, identity: Path | None) -> None:
+def rollback(host: str, app: str, to: str | None, identity: Path | None, dry_run: bool = False,
+             as_json: bool = False) -> None:
     """Make the previously activated release current again (atomic switch)."""
+    if dry_run:   # --dry-run (cli/dry_run.py): the plan, read from the device
+        from edgekit.api.dry_run import rollback_dry_run
+        return _show_dry_run(rollback_dry_run(host, app, to, identity), dry_runs.rollback_plan,
+                             as_json)
     from edgekit.device.probe import probe as run_probe
     from edgekit.device.provision import needs_provisioning, provision as run_provision, \
         shim_version

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from edgekit.device import npu_preflight as npu_probe
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import (activate, clean_leftovers, current_release, in_flight,
-                                     is_older, journal_event, newest_activated,
+                                     is_older, journal_event, list_releases, newest_activated,
                                      protected_releases, prune_releases, record_newest,
                                      scratch_token, verify_release)
 from edgekit.device.trust import install_signers
@@ -42,7 +43,7 @@ from edgekit.errors import (BundleError, CannotRunHere, ConfigError, DeviceIncom
                             EdgekitError, HealthGateFailed, RemoteCommandFailed,
                             ValidationFailed)
 from edgekit.models.bundle import (DISPATCH_CONFIGS, Bundle, MANIFEST, MODULE, NPU, SIGNATURE,
-                                   VARIANTS, ModuleVariant, sha256_file)
+                                   VARIANTS, ModuleVariant, check_payload_name, sha256_file)
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.toolchain.iree import runtime_flags
 from edgekit.toolchain.verified import VerifiedBundle, verify
@@ -371,6 +372,49 @@ def hooks_step(conn: Transport, pre: Preflight, policy: DeployPolicy, activated:
     run_hooks(conn, pre.app, pre.release, hooks, pre.shims, fallback=fallback)
 
 
+@dataclass(frozen=True)
+class DeployPlan:
+    """What a deploy of a bundle would do on one device (a dry run: nothing was changed)."""
+
+    device: str
+    app: str
+    release: str
+    previous: str | None            # `current` now
+    provision: bool                 # the runtime or shims would be installed first
+    upload: UploadPlan
+    activate: bool                  # `current` would move to the release
+    samples: int                    # validation samples run on the device
+    hooks: tuple[str, ...]          # the hooks that would run after activation
+    gate: bool                      # the policy's gate would run before activation
+    variant: str | None
+    npu: str | None
+    downgrade: bool                 # allowed by the policy (else preflight refused it)
+    signer: str | None
+
+
+def plan_deploy(conn: Transport, bundle: VerifiedBundle, policy: DeployPolicy = DeployPolicy()
+                ) -> DeployPlan:
+    """A dry run of deploy_verified: the preflight step (the same refusals, with the same
+    errors), then what the later steps would move and switch. Reads the device only."""
+    if not policy.allow_unsigned:
+        bundle.require_signed()
+    pre = preflight_step(conn, bundle, policy)
+    shims = pre.shims if conn.listdir(pre.shims) is not None else None
+    upload = plan_upload(conn, bundle, pre.app, pre.release, shims,
+                         allow_unsigned=bundle.signer is None, module=pre.module)
+    activates = pre.previous != pre.release
+    hooks = policy.hooks
+    runs_hooks = hooks is not None and (activates or policy.hooks_when_current)
+    return DeployPlan(
+        device=conn.where, app=pre.app, release=pre.release, previous=pre.previous,
+        provision=pre.provision, upload=upload, activate=activates,
+        samples=1 + len(bundle.manifest.more_golden),
+        hooks=tuple(name for name in ("after_activate", "health")
+                    if runs_hooks and getattr(hooks, name)),
+        gate=policy.gate is not None, variant=pre.variant.name if pre.variant else None,
+        npu=pre.npu, downgrade=pre.downgrade, signer=bundle.signer)
+
+
 def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
               fallback: str | None) -> None:
     """The user's after-activation and health commands, with the release in the environment.
@@ -418,45 +462,126 @@ def restore_release(conn: Transport, app: str, release: str | None, shims: str) 
         journal_event(conn, app, "deactivate", "")
 
 
+@dataclass(frozen=True)
+class UploadPlan:
+    """What the stage step moves to the device for a release (read before anything moves)."""
+
+    present: bool                   # the release is there and verifies: nothing moves
+    repair: bool                    # a corrupted copy that is live: repaired file by file
+    exists: bool = False            # a copy of the release is there (corrupted, if not present)
+    send: tuple[tuple[str, int], ...] = ()              # (file, bytes) uploaded
+    reuse: tuple[tuple[str, int, str], ...] = ()        # (file, bytes, the device's copy)
+
+    @property
+    def send_bytes(self) -> int:
+        return sum(size for _, size in self.send)
+
+
+# other releases of the app whose SHA256SUMS are read for files the device has already
+REUSE_FROM_RELEASES = 4
+_SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S+)")
+
+
+def device_copies(conn: Transport, app: str, release: str,
+                  wanted: dict[str, str]) -> dict[str, str]:
+    """{file: path on the device of an identical file} for the payload files (`wanted`:
+    {name: sha256}) that another release of the app holds, by its SHA256SUMS (newest
+    releases first). The device's answer is untrusted and only a hint: names are checked,
+    and the staging copy is verified by verify.sh like an upload."""
+    found: dict[str, str] = {}
+    others = [name for name, _ in list_releases(conn, app) if name != release]
+    for other in others[:REUSE_FROM_RELEASES]:
+        try:
+            folder = layout.release_dir(app, safe_name(other, "release"))
+        except ConfigError:
+            continue
+        have: dict[str, str] = {}
+        for line in (conn.read_text(f"{folder}/SHA256SUMS") or "").splitlines():
+            match = _SUM_LINE.fullmatch(line)
+            if match and _is_payload_name(match.group(2)):
+                have.setdefault(match.group(1), match.group(2))
+        for rel, digest in wanted.items():
+            if rel not in found and digest in have:
+                found[rel] = f"{folder}/{have[digest]}"
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def _is_payload_name(name: str) -> bool:
+    try:
+        check_payload_name(name)
+        return True
+    except ValueError:
+        return False
+
+
+def plan_upload(conn: Transport, bundle: Bundle, app: str, release: str, shims: str | None,
+                allow_unsigned: bool = False, module: str = MODULE) -> UploadPlan:
+    """What upload_release would move, without changing anything on the device. `shims`:
+    None when the device has none installed yet (no copy there can be verified)."""
+    target = layout.release_dir(app, release)
+    exists = conn.listdir(target) is not None
+    if exists and shims is not None and conn.run(
+            _verify_argv(shims, target, allow_unsigned), check=False).returncode == 0:
+        return UploadPlan(present=True, repair=False, exists=True)
+    m = bundle.manifest
+    with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
+        extras = {p.name: p.stat().st_size for p in release_extras(bundle, Path(tmp), module)}
+    sizes = {**{rel: bundle.file(rel).stat().st_size for rel in (*m.files, MANIFEST)}, **extras}
+    repair = exists and release in protected_releases(conn, app)
+    reuse = {} if repair else device_copies(conn, app, release, dict(m.files))
+    return UploadPlan(present=False, repair=repair, exists=exists,
+                      send=tuple((rel, size) for rel, size in sizes.items() if rel not in reuse),
+                      reuse=tuple((rel, sizes[rel], path) for rel, path in sorted(reuse.items())))
+
+
+def _verify_argv(shims: str, directory: str, allow_unsigned: bool) -> list[str]:
+    return ["sh", f"{shims}/verify.sh", directory, *(["--allow-unsigned"] if allow_unsigned
+                                                     else [])]
+
+
+# copies files already on the device into the staging release: pairs of (from, to) arguments;
+# a source that is not a plain file (a link, a device) is refused, never read
+_COPY_PAIRS = ('while [ $# -gt 1 ]; do [ -f "$1" ] && [ ! -L "$1" ] || exit 1; '
+               'cp -- "$1" "$2" || exit 1; shift 2; done')
+
+
 def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
                    shims: str, allow_unsigned: bool = False,
                    module: str = MODULE) -> tuple[int, int]:
     """Put the release in place, verified (signature, names, sha256s: verify.sh; without the
     signature if `allow_unsigned`). An identical release already there (it verifies) moves no
-    payload. A corrupted copy that `current` or the rollback target points at is repaired in
-    place, file by file (each file replaced by rename(2), so the directory is never missing);
-    any other corrupted copy is moved aside only once a verified staging copy is ready to take
-    its name. Returns (files, bytes) sent."""
+    payload; a payload file another release of the app holds with the same sha256 is copied
+    on the device instead of uploaded (incremental: plan_upload says which). A corrupted copy
+    that `current` or the rollback target points at is repaired in place, file by file (each
+    file replaced by rename(2), so the directory is never missing); any other corrupted copy
+    is moved aside only once a verified staging copy is ready to take its name. Returns
+    (files, bytes) sent."""
     target = layout.release_dir(app, release)
-    unsigned = ["--allow-unsigned"] if allow_unsigned else []
 
     def verify(directory: str) -> list[str]:
-        return ["sh", f"{shims}/verify.sh", directory, *unsigned]
+        return _verify_argv(shims, directory, allow_unsigned)
 
-    exists = conn.listdir(target) is not None
-    if exists and conn.run(verify(target), check=False).returncode == 0:
+    plan = plan_upload(conn, bundle, app, release, shims, allow_unsigned, module)
+    if plan.present:
         return 0, 0
     with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
         extras = release_extras(bundle, Path(tmp), module)
         local_files = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
         local_files += [(path, path.name) for path in extras]
-        if exists and release in protected_releases(conn, app):
+        if plan.repair:
             return len(local_files), _repair_in_place(conn, target, local_files,
                                                       verify(target))
-        staging = layout.staging_dir(app, scratch_token())
+        copies = {rel: path for rel, _, path in plan.reuse}
+        staging, sent = _staged(conn, bundle, app, local_files, copies, verify)
+        if staging is None:   # a copy on the device did not verify: upload every file
+            staging, again = _staged(conn, bundle, app, local_files, {}, verify)
+            sent = (again[0], sent[1] + again[1])
         try:
-            conn.mkdirs(f"{staging}/golden")
-            if bundle.manifest.variants:
-                conn.mkdirs(f"{staging}/{VARIANTS}")
-            if bundle.manifest.npu is not None:
-                conn.mkdirs(f"{staging}/{NPU}")
-            if bundle.manifest.dispatch_configs:
-                conn.mkdirs(f"{staging}/{DISPATCH_CONFIGS}")
-            sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in local_files)
-            conn.run(verify(staging), what="the uploaded release does not verify on the device")
             conn.mkdirs(f"{layout.app_dir(app)}/releases")
             aside = None
-            if exists:  # corrupted and not live: out of the way, removed once replaced
+            if plan.exists:  # corrupted and not live: out of the way, removed once replaced
                 aside = layout.trash_dir(app, scratch_token())
                 conn.rename(target, aside)
             try:
@@ -472,7 +597,49 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
             raise
         if aside:
             _remove_quietly(conn, aside)
-    return len(local_files), sent
+    return sent
+
+
+def _staged(conn: Transport, bundle: Bundle, app: str, local_files: list[tuple[Path, str]],
+            copies: dict[str, str], verify: Callable[[str], list[str]]
+            ) -> tuple[str | None, tuple[int, int]]:
+    """A staging copy of the release, verified on the device: `copies` copied there from the
+    device's identical files, the rest uploaded. (staging, (files, bytes) sent); staging None
+    (and removed) when it holds device copies and does not verify: the caller uploads all."""
+    puts: list[tuple[Path, str]] = []
+    staging = layout.staging_dir(app, scratch_token())
+    try:
+        conn.mkdirs(f"{staging}/golden")
+        if bundle.manifest.variants:
+            conn.mkdirs(f"{staging}/{VARIANTS}")
+        if bundle.manifest.npu is not None:
+            conn.mkdirs(f"{staging}/{NPU}")
+        if bundle.manifest.dispatch_configs:
+            conn.mkdirs(f"{staging}/{DISPATCH_CONFIGS}")
+        copied = _copy_on_device(conn, staging, copies)
+        puts = [(local, rel) for local, rel in local_files if rel not in copied]
+        sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in puts)
+        if copied and conn.run(verify(staging), check=False).returncode != 0:
+            _remove_quietly(conn, staging)
+            return None, (len(puts), sent)
+        if not copied:
+            conn.run(verify(staging), what="the uploaded release does not verify on the device")
+    except BaseException:
+        _remove_quietly(conn, staging)
+        raise
+    return staging, (len(puts), sent)
+
+
+def _copy_on_device(conn: Transport, staging: str, copies: dict[str, str]) -> set[str]:
+    """Copy {file: the device's identical file} into `staging`, in one command; the files
+    copied (none when the copy fails: another deploy pruned that release meanwhile, and the
+    files are uploaded instead). verify.sh checks the copies like the uploads."""
+    if not copies:
+        return set()
+    pairs = [arg for rel, path in copies.items() for arg in (path, f"{staging}/{rel}")]
+    if conn.run(["sh", "-c", _COPY_PAIRS, "copy", *pairs], check=False).returncode != 0:
+        return set()
+    return set(copies)
 
 
 def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path, str]],

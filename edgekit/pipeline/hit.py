@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from edgekit.errors import BundleError
-from edgekit.models.bundle import Bundle, TuningNote, write_manifest, write_tar
+from edgekit.models.bundle import Bundle, Manifest, TuningNote, write_manifest, write_tar
 from edgekit.pipeline.publish import output_lock, publish, staging_dir
 from edgekit.toolchain import iree
 from edgekit.pipeline.cache import BuildCache
@@ -48,19 +48,25 @@ def _check_copy(copy: Path, cached: bool, key: str, entry: Path) -> VerifiedBund
     return bundle
 
 
+def tuned_manifest(m: Manifest, tuning: TuningNote | None) -> Manifest | None:
+    """The manifest with the tuning note and the runtime driver and worker count the tuner
+    measured the choice with (local-sync for one thread, local-task with N workers for N);
+    None when they are recorded already."""
+    driver, threads = iree.runtime_config(m.runtime_driver, tuning.threads if tuning else None)
+    if m.tuning == tuning and m.runtime_driver == driver and m.runtime_threads == threads:
+        return None
+    return m.model_copy(update={"tuning": tuning, "runtime_driver": driver,
+                                "runtime_threads": threads})
+
+
 def _record_tuning(bundle: VerifiedBundle, tuning: TuningNote | None) -> VerifiedBundle:
     """The tuning note, and the runtime driver it implies, live in the published manifest only:
     they are not part of the module's bytes, so re-tuning to the same variant stays a cache
     hit. (The driver is part of the release id: run.env carries it to the device.) A changed
     manifest is signed again, here, by this home's key."""
-    m = bundle.manifest
-    # the driver and worker count the tuner measured the choice with (local-sync for one
-    # thread, local-task with N workers for N)
-    driver, threads = iree.runtime_config(m.runtime_driver, tuning.threads if tuning else None)
-    if m.tuning == tuning and m.runtime_driver == driver and m.runtime_threads == threads:
+    changed = tuned_manifest(bundle.manifest, tuning)
+    if changed is None:
         return bundle
-    changed = m.model_copy(update={"tuning": tuning, "runtime_driver": driver,
-                                   "runtime_threads": threads})
     write_manifest(bundle.path, changed)
     sign_bundle(bundle.path)
     return signed_by_us(Bundle(bundle.path, changed), own_principal())
