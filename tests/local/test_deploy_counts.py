@@ -8,6 +8,7 @@ import pytest
 
 import edgekit.models.bundle as bundle_module
 import edgekit.toolchain.signing as signing
+from edgekit.api.build import BuildOptions, build
 from edgekit.api.deploy import DeployOptions, deploy
 from tests.local.conftest import RECIPE, current_of
 
@@ -38,6 +39,9 @@ def counted(monkeypatch):
     return counts
 
 
+ONCE = {"copies": 1, "parses": 1, "sha256 checks": 1, "signature checks": 1}
+
+
 def test_a_cold_deploy_of_a_recipe_copies_parses_and_verifies_the_bundle_once(
         tmp_path, monkeypatch, counted):
     monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cold-cache"))
@@ -45,4 +49,11 @@ def test_a_cold_deploy_of_a_recipe_copies_parses_and_verifies_the_bundle_once(
     device.mkdir()
     result = deploy(DeployOptions(host=f"local:{device}", recipe=RECIPE, target="host"))
     assert result.activated and current_of(device) == result.release
-    assert counted == {"copies": 1, "parses": 1, "sha256 checks": 1, "signature checks": 1}
+    assert counted == ONCE      # before: 2 copies, 3 parses, 2 sha256 and 2 signature checks
+    # a cached build (found from the model's sources), and a prebuilt bundle: the same
+    built = build(BuildOptions(recipe=RECIPE, target="host", out=tmp_path / "built")).bundle
+    for options in (DeployOptions(host=f"local:{device}", recipe=RECIPE, target="host"),
+                    DeployOptions(host=f"local:{device}", bundle=built.path)):
+        counted.update(dict.fromkeys(counted, 0))
+        assert deploy(options).report.ok
+        assert counted == ONCE

@@ -129,3 +129,20 @@ def test_a_fleet_dry_run_says_per_device_and_wave_what_the_update_would_do(tmp_p
     d2 = next(d for d in plan.devices if d.device == "d2")
     assert d2.plan.upload.repair and not d2.plan.activate
     assert {name: tree(tmp_path / "devices" / name) for name in before} == before
+
+
+def test_a_device_copy_that_does_not_verify_is_replaced_by_an_upload(make_device, v1,
+                                                                     bundle_copy):
+    device = make_device()
+    first = deploy_verified(device, verify(v1))
+    live = device.root / ".edgekit/apps" / APP / "releases" / first.release / "module.vmfb"
+    live.write_bytes(b"not the module its SHA256SUMS names")
+    stricter = bundle_copy(v1, lambda d: set_manifest(
+        d, tolerances={**v1.manifest.tolerances.model_dump(mode="json"), "atol": 5e-5}))
+    assert "module.vmfb" in {name for name, _, _ in plan_deploy(device,
+                                                                verify(stricter)).upload.reuse}
+    done = deploy_verified(device, verify(stricter))
+    assert done.activated and done.report.ok
+    assert done.uploaded_bytes > (v1.path / "module.vmfb").stat().st_size
+    assert not [p for p in (device.root / ".edgekit/apps" / APP).iterdir()
+                if p.name.startswith(".")]   # no staging copy left behind
