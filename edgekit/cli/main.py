@@ -532,7 +532,7 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
 @click.option("--to", "to", help="release id [default: the one activated before current]")
 @IDENTITY
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output (--dry-run)")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @handle_errors
 def rollback(host: str, app: str, to: str | None, identity: Path | None, dry_run: bool = False,
              as_json: bool = False) -> None:
@@ -558,6 +558,10 @@ def rollback(host: str, app: str, to: str | None, identity: Path | None, dry_run
         if needs_provisioning(info):
             run_provision(conn, info)
         before, after = run_rollback(conn, app, shims_dir(shim_version()), to)
+    if as_json:
+        render.emit_json({"device": str(address), "app": app, "from": before or None,
+                          "to": after})
+        return
     render.out.print(f"{address}: {app} rolled back from {before or '(none)'} to {after}")
 
 

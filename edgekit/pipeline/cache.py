@@ -34,10 +34,14 @@ class BuildCache:
 
     def workdir(self) -> Path:
         """A new private folder for a build, on the cache's filesystem (removed by the build;
-        one a killed build left is under <cache>/work)."""
-        work = self.root.parent / "work"
-        work.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="edgekit-build-", dir=work))
+        one a killed build left is under <cache>/work). Where this user cannot write there (a
+        cache another user set up), the system's temporary folder: `store` then copies."""
+        try:
+            work = self.root.parent / "work"
+            work.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix="edgekit-build-", dir=work))
+        except OSError:
+            return Path(tempfile.mkdtemp(prefix="edgekit-build-"))
 
     def store(self, key: str, bundle_dir: Path, replace: bool = False) -> Path:
         """Store a bundle under `key`, consuming `bundle_dir` (moved in by rename when it is
