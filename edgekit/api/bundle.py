@@ -8,6 +8,8 @@ files, names, containment; BundleNotTrusted 6: the signature), one line and a hi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,7 +74,7 @@ def inspect(path: Path) -> BundleSummary:
     """The bundle's manifest summary and its signature's verdict (an untrusted or unsigned
     bundle is inspected, and says so). A bundle whose files do not match their sha256s, or
     whose manifest is malformed, is refused (BundleError): `bundle verify` names the check."""
-    with load_bundle(path) as bundle:
+    with load_bundle(path) as bundle, _named(bundle, Path(path)):
         verified = verify_once(bundle, allow_unsigned=True)
         return _summary(Path(path), verified)
 
@@ -81,7 +83,7 @@ def verify(path: Path) -> BundleVerdict:
     """Check a bundle as a deploy does before anything is uploaded: names and plain files
     (containment), nothing in its directory that the manifest does not list, every file's
     sha256, the signature by a trusted signer. Raises the first problem's error."""
-    with load_bundle(path) as bundle:
+    with load_bundle(path) as bundle, _named(bundle, Path(path)):
         _refuse_unlisted(bundle, Path(path))
         verified = verify_once(bundle)
         m = verified.manifest
@@ -93,6 +95,18 @@ def verify(path: Path) -> BundleVerdict:
                     "no file the manifest does not list",
                     f"sha256 of all {len(m.files)} files",
                     f"signature by {verified.signer}, a trusted signer"))
+
+
+@contextmanager
+def _named(bundle: Bundle, given: Path) -> Iterator[None]:
+    """Errors name the path the user gave, not the folder a .tar was extracted to."""
+    try:
+        yield
+    except BundleError as exc:
+        if not exc.where or str(bundle.path) == str(given):
+            raise
+        raise type(exc)(exc.what, where=exc.where.replace(str(bundle.path), str(given)),
+                        hint=exc.hint) from None
 
 
 def _summary(given: Path, bundle: VerifiedBundle) -> BundleSummary:

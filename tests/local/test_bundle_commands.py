@@ -95,6 +95,10 @@ def test_verify_refuses_a_broken_bundle_in_one_line_with_exit_6(v1, tmp_path, ca
     change(broken)
     with pytest.raises(error, match=words):
         verify(broken)
+    if case != "a symlink":     # (an archive holding a link is refused as it is read)
+        with pytest.raises(error, match=words) as packed:     # the same, as a .tar
+            verify(write_tar(broken, tmp_path / "broken.tar"))
+        assert packed.value.where.startswith(str(tmp_path / "broken.tar"))
     code, _, err = run("bundle", "verify", str(broken))
     lines = err.strip().splitlines()
     assert code == 6 and lines[0].startswith("error: ") and words in lines[0]
