@@ -99,7 +99,8 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
 @fleet.command("update", epilog=examples(
     "edgekit fleet update --fleet fleet.yaml --recipe recipes/kws_mlp.yaml",
     "edgekit fleet update --fleet fleet.yaml --recipe r.yaml --limit GROUP",
-    "edgekit fleet update --fleet f.yaml --recipe r.yaml --rollback-on-halt all"))
+    "edgekit fleet update --fleet f.yaml --recipe r.yaml --rollback-on-halt all",
+    "edgekit fleet update --fleet f.yaml --recipe r.yaml --dry-run"))
 @click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
               help=FLEET_HELP)
 @click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")

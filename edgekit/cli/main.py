@@ -376,7 +376,8 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
 @cli.command(epilog=examples(
     "edgekit deploy build/kws-mlp-rpi4 --host lab-aarch64-1",
     "edgekit deploy --recipe recipes/kws_mlp.yaml --target rpi4 --host HOST",
-    "edgekit deploy build/kws-mlp-host.tar --host lab-x86_64-1 --json"))
+    "edgekit deploy build/kws-mlp-host.tar --host lab-x86_64-1 --json",
+    "edgekit deploy --recipe r.yaml --target rpi4 --host HOST --dry-run"))
 @click.argument("bundle", required=False, type=click.Path(path_type=Path))
 @click.option("--target", help="target profile name or YAML path (with --recipe)",
               shell_complete=complete.targets)
@@ -526,7 +527,8 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
 
 @cli.command(epilog=examples(
     "edgekit rollback pi@192.0.2.10 --app kws-mlp",
-    "edgekit rollback lab-aarch64-1 --app kws-mlp --to RELEASE  # see `releases`"))
+    "edgekit rollback lab-aarch64-1 --app kws-mlp --to RELEASE  # see `releases`",
+    "edgekit rollback lab-aarch64-1 --app kws-mlp --dry-run"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @click.option("--to", "to", help="release id [default: the one activated before current]")
