@@ -47,9 +47,10 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
     if options.bundle is not None:
         bundle = _open_private(Path(options.bundle), options.allow_unsigned)
     try:
-        manifest = bundle.manifest if bundle else None
-        refuse_npu_only(*((manifest.target, manifest.backend) if manifest else
-                          (options.target, load_target(options.target).backend)))
+        if bundle is not None:
+            refuse_npu_only(bundle.manifest.target, bundle.manifest.backend)
+        else:
+            refuse_npu_only(options.target, load_target(options.target).backend)
         if local_root(options.host) is None:
             resolve_device(options.host, options.identity)   # a bad name or key: before a build
         timeouts = deploy_timeouts(options)
@@ -127,4 +128,5 @@ def deploy_timeouts(options: DeployOptions) -> Timeouts:
     return resolve_timeouts(profile, recipe)
 
 
-__all__ = ["DeployOptions", "DeployResult", "deploy", "deploy_timeouts"]
+__all__ = ["DeployOptions", "DeployResult", "check_options", "deploy", "deploy_timeouts",
+           "policy_of"]

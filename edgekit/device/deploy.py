@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -74,6 +75,7 @@ class DeployResult:
     variants_skipped: tuple[str, ...] = ()  # variants passed over, and why
     npu: str | None = None          # an NPU release: what the NPU preflight found, or that
                                     # --cpu-fallback deployed the CPU module without it
+    copied_on_device: int = 0       # files another release on the device had: copied there
 
 
 def preflight_target(conn: Transport, target: Target, cpu_fallback: bool = False
@@ -246,7 +248,7 @@ def deploy_verified(conn: Transport, bundle: VerifiedBundle, policy: DeployPolic
     if bundle.manifest.variants:
         clock(f"preflight: runs {'variant ' + pre.variant.name if pre.variant else 'the baseline'}")
     with in_flight(conn, pre.app, pre.release):
-        files, sent = stage_step(conn, bundle, pre, clock)
+        files, sent, copied = stage_step(conn, bundle, pre, clock)
         try:   # a release that does not go live here does not stay (unless protected)
             report, measured = validate_step(conn, bundle, pre, policy, clock)
             activated = activate_step(conn, pre, clock)
@@ -260,7 +262,8 @@ def deploy_verified(conn: Transport, bundle: VerifiedBundle, policy: DeployPolic
     seconds, stage_seconds = clock.seconds()
     return DeployResult(device=conn.where, app=pre.app, release=pre.release,
                         previous=pre.previous, activated=activated, uploaded_files=files,
-                        uploaded_bytes=sent, provisioned=pre.provision, report=report,
+                        uploaded_bytes=sent, copied_on_device=copied,
+                        provisioned=pre.provision, report=report,
                         pruned=pruned, seconds=seconds, stage_seconds=stage_seconds,
                         gate=measured, signer=bundle.signer,
                         variant=pre.variant.name if pre.variant else None,
@@ -309,9 +312,9 @@ def preflight_step(conn: Transport, bundle: VerifiedBundle, policy: DeployPolicy
 
 
 def stage_step(conn: Transport, bundle: VerifiedBundle, pre: Preflight,
-               clock: Callable[[str], None]) -> tuple[int, int]:
+               clock: Callable[[str], None]) -> Sent:
     """Provision the device if it needs it, make room, install the trusted signers and put the
-    release in place, verified on the device (upload_release). Returns (files, bytes) sent."""
+    release in place, verified on the device (upload_release)."""
     if pre.provision:
         clock("provision")
         provision(conn, pre.info, bundle.manifest.compiler_version)
@@ -462,6 +465,15 @@ def restore_release(conn: Transport, app: str, release: str | None, shims: str) 
         journal_event(conn, app, "deactivate", "")
 
 
+class Sent(NamedTuple):
+    """What putting a release in place moved: files and bytes uploaded, and files copied on
+    the device from another release instead of uploaded."""
+
+    files: int
+    bytes: int
+    copied: int = 0
+
+
 @dataclass(frozen=True)
 class UploadPlan:
     """What the stage step moves to the device for a release (read before anything moves)."""
@@ -549,15 +561,14 @@ _COPY_PAIRS = ('while [ $# -gt 1 ]; do [ -f "$1" ] && [ ! -L "$1" ] || exit 1; '
 
 def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
                    shims: str, allow_unsigned: bool = False,
-                   module: str = MODULE) -> tuple[int, int]:
+                   module: str = MODULE) -> Sent:
     """Put the release in place, verified (signature, names, sha256s: verify.sh; without the
     signature if `allow_unsigned`). An identical release already there (it verifies) moves no
     payload; a payload file another release of the app holds with the same sha256 is copied
     on the device instead of uploaded (incremental: plan_upload says which). A corrupted copy
     that `current` or the rollback target points at is repaired in place, file by file (each
     file replaced by rename(2), so the directory is never missing); any other corrupted copy
-    is moved aside only once a verified staging copy is ready to take its name. Returns
-    (files, bytes) sent."""
+    is moved aside only once a verified staging copy is ready to take its name."""
     target = layout.release_dir(app, release)
 
     def verify(directory: str) -> list[str]:
@@ -565,19 +576,19 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
 
     plan = plan_upload(conn, bundle, app, release, shims, allow_unsigned, module)
     if plan.present:
-        return 0, 0
+        return Sent(0, 0)
     with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
         extras = release_extras(bundle, Path(tmp), module)
         local_files = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
         local_files += [(path, path.name) for path in extras]
         if plan.repair:
-            return len(local_files), _repair_in_place(conn, target, local_files,
-                                                      verify(target))
+            return Sent(len(local_files), _repair_in_place(conn, target, local_files,
+                                                           verify(target)))
         copies = {rel: path for rel, _, path in plan.reuse}
         staging, sent = _staged(conn, bundle, app, local_files, copies, verify)
         if staging is None:   # a copy on the device did not verify: upload every file
             staging, again = _staged(conn, bundle, app, local_files, {}, verify)
-            sent = (again[0], sent[1] + again[1])
+            sent = Sent(again.files, sent.bytes + again.bytes)
         try:
             conn.mkdirs(f"{layout.app_dir(app)}/releases")
             aside = None
@@ -602,7 +613,7 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
 
 def _staged(conn: Transport, bundle: Bundle, app: str, local_files: list[tuple[Path, str]],
             copies: dict[str, str], verify: Callable[[str], list[str]]
-            ) -> tuple[str | None, tuple[int, int]]:
+            ) -> tuple[str | None, Sent]:
     """A staging copy of the release, verified on the device: `copies` copied there from the
     device's identical files, the rest uploaded. (staging, (files, bytes) sent); staging None
     (and removed) when it holds device copies and does not verify: the caller uploads all."""
@@ -621,13 +632,13 @@ def _staged(conn: Transport, bundle: Bundle, app: str, local_files: list[tuple[P
         sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in puts)
         if copied and conn.run(verify(staging), check=False).returncode != 0:
             _remove_quietly(conn, staging)
-            return None, (len(puts), sent)
+            return None, Sent(len(puts), sent)
         if not copied:
             conn.run(verify(staging), what="the uploaded release does not verify on the device")
     except BaseException:
         _remove_quietly(conn, staging)
         raise
-    return staging, (len(puts), sent)
+    return staging, Sent(len(puts), sent, len(copied))
 
 
 def _copy_on_device(conn: Transport, staging: str, copies: dict[str, str]) -> set[str]:

@@ -68,6 +68,7 @@ def test_files_the_device_has_already_are_copied_there_not_uploaded(make_device,
     module = (v1.path / "module.vmfb").stat().st_size
     assert done.activated and done.report.ok
     assert done.uploaded_bytes == plan.upload.send_bytes < module // 50
+    assert done.copied_on_device == len(v1.manifest.files)
 
 
 def test_a_dry_run_refuses_what_the_deploy_would_refuse(make_device, v1, bundle_copy):
