@@ -507,8 +507,12 @@ def device_copies(conn: Transport, app: str, release: str,
             folder = layout.release_dir(app, safe_name(other, "release"))
         except ConfigError:
             continue
+        try:
+            sums = conn.read_text(f"{folder}/SHA256SUMS") or ""
+        except EdgekitError:   # oversized, a link, unreadable: that release offers nothing
+            continue
         have: dict[str, str] = {}
-        for line in (conn.read_text(f"{folder}/SHA256SUMS") or "").splitlines():
+        for line in sums.splitlines():
             match = _SUM_LINE.fullmatch(line)
             if match and _is_payload_name(match.group(2)):
                 have.setdefault(match.group(1), match.group(2))

@@ -147,3 +147,26 @@ def test_a_device_copy_that_does_not_verify_is_replaced_by_an_upload(make_device
     assert done.uploaded_bytes > (v1.path / "module.vmfb").stat().st_size
     assert not [p for p in (device.root / ".edgekit/apps" / APP).iterdir()
                 if p.name.startswith(".")]   # no staging copy left behind
+
+
+@pytest.mark.parametrize("lie", ["a SHA256SUMS over a megabyte", "a SHA256SUMS that is a link",
+                                 "a module that is a link to /dev/zero"])
+def test_another_release_whose_files_lie_costs_an_upload_not_the_deploy(make_device, v1,
+                                                                         bundle_copy, lie):
+    device = make_device()
+    first = deploy_verified(device, verify(v1))
+    other = device.root / ".edgekit/apps" / APP / "releases" / first.release
+    sums = other / "SHA256SUMS"
+    if lie == "a SHA256SUMS over a megabyte":
+        sums.write_text(sums.read_text() * 20000)
+    elif lie == "a SHA256SUMS that is a link":
+        sums.rename(other / "elsewhere")
+        os.symlink(other / "elsewhere", sums)
+    else:
+        (other / "module.vmfb").unlink()
+        os.symlink("/dev/zero", other / "module.vmfb")
+    stricter = bundle_copy(v1, lambda d: set_manifest(
+        d, tolerances={**v1.manifest.tolerances.model_dump(mode="json"), "atol": 5e-5}))
+    done = deploy_verified(device, verify(stricter))
+    assert done.activated and done.report.ok
+    assert done.uploaded_bytes > (v1.path / "module.vmfb").stat().st_size
