@@ -24,8 +24,11 @@ kv cpu_flags "$(awk -F': *' '/^(flags|Features)[[:space:]]*:/ {print $2; exit}' 
 kv hwcap "$(LD_SHOW_AUXV=1 /bin/true 2>/dev/null | awk -F': *' '/^AT_HWCAP:/ {print $2}')"
 kv hwcap2 "$(LD_SHOW_AUXV=1 /bin/true 2>/dev/null | awk -F': *' '/^AT_HWCAP2:/ {print $2}')"
 
-mkdir -p "$root" 2>/dev/null
-kv free_kb "$(df -Pk "$root" 2>/dev/null | awk 'NR==2 {print $4}')"
+# the free space where the deploy root is (or will be: a probe creates nothing, so a dry run
+# leaves the device as it found it)
+at=$root
+while [ ! -d "$at" ] && [ "$at" != / ] && [ "$at" != . ]; do at=$(dirname "$at"); done
+kv free_kb "$(df -Pk "$at" 2>/dev/null | awk 'NR==2 {print $4}')"
 
 if command -v vulkaninfo >/dev/null 2>&1; then
   vulkaninfo --summary 2>/dev/null | awk -F'= *' '/deviceName/ {print "vulkan_device=" $2}'

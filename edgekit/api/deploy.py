@@ -13,10 +13,13 @@ from edgekit.config.devices import resolve_device
 from edgekit.config.profiles import load_target
 from edgekit.config.recipe import load_recipe
 from edgekit.config.timeouts import Timeouts, resolve_timeouts
-from edgekit.device.deploy import DeployResult, deploy_bundle, preflight_target, refuse_npu_only
-from edgekit.errors import ConfigError
-from edgekit.models.bundle import load_bundle, require_bundle_path
+from edgekit.config.recipe import Hooks
+from edgekit.device.deploy import (DeployPolicy, DeployResult, deploy_verified, preflight_target,
+                                   refuse_npu_only)
+from edgekit.errors import BundleError, ConfigError
+from edgekit.models.bundle import require_bundle_path
 from edgekit.pipeline.publish import private_copy
+from edgekit.toolchain.verified import VerifiedBundle, open_verified, verify
 from edgekit.transport import open_device
 
 
@@ -39,6 +42,45 @@ class DeployOptions:
 def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None) -> DeployResult:
     """Ship a bundle to the device, validate it there, then activate it. The recipe's hooks
     (recorded in the bundle's manifest) run after activation."""
+    check_options(options)
+    bundle = None
+    if options.bundle is not None:
+        bundle = _open_private(Path(options.bundle), options.allow_unsigned)
+    try:
+        if bundle is not None:
+            refuse_npu_only(bundle.manifest.target, bundle.manifest.backend)
+        else:
+            refuse_npu_only(options.target, load_target(options.target).backend)
+        if local_root(options.host) is None:
+            resolve_device(options.host, options.identity)   # a bad name or key: before a build
+        timeouts = deploy_timeouts(options)
+        if bundle is None:
+            # reach the device and check it can run the target before a build of minutes: an
+            # unreachable host, a refused key or a wrong target is known in seconds
+            if on_stage:
+                on_stage("connect and preflight")
+            with open_device(options.host, options.identity, timeouts) as conn:
+                preflight_target(conn, load_target(options.target), options.cpu_fallback)
+            # imported here: a prebuilt bundle deploys without torch or the compiler installed
+            from edgekit.api.build import BuildOptions, build
+            if on_stage:
+                on_stage("build")
+            bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
+                                        use_cache=options.use_cache, private=True,
+                                        trust_pickle=options.trust_pickle)).bundle
+        with open_device(options.host, options.identity, timeouts) as conn:
+            return deploy_verified(conn, verify(bundle, options.allow_unsigned),
+                                   policy_of(options, bundle.manifest.hooks), on_stage)
+    finally:
+        if bundle is not None:
+            bundle.release()                        # a .tar's extraction
+            if options.bundle is None or Path(options.bundle).is_dir():
+                shutil.rmtree(bundle.path.parent, ignore_errors=True)
+
+
+def check_options(options: DeployOptions) -> None:
+    """A bundle or a recipe with a target, and a bundle path that exists: before any device
+    is named."""
     if (options.bundle is None) == (options.recipe is None):
         raise ConfigError("give a bundle, or a recipe with --target (not both)", key="deploy",
                           hint="edgekit deploy build/kws-mlp-rpi4 --host H, or "
@@ -47,47 +89,33 @@ def deploy(options: DeployOptions, on_stage: Callable[[str], None] | None = None
         raise ConfigError("--recipe needs --target (the profile to build for)", key="target",
                           hint="edgekit targets list")
     if options.bundle is not None:
-        require_bundle_path(Path(options.bundle))   # a wrong path, before the device is named
-    if options.target:
-        refuse_npu_only(options.target, load_target(options.target).backend)
-    elif options.bundle is not None and Path(options.bundle).is_dir():
-        manifest = load_bundle(options.bundle).manifest   # the manifest only: cheap
-        refuse_npu_only(manifest.target, manifest.backend)
-    if local_root(options.host) is None:
-        resolve_device(options.host, options.identity)   # a bad name or key fails before a build
-    timeouts = deploy_timeouts(options)
-    if options.recipe is not None:
-        # reach the device and check it can run the target before a build of minutes: an
-        # unreachable host, a refused key or a wrong target is known in seconds
-        if on_stage:
-            on_stage("connect and preflight")
-        with open_device(options.host, options.identity, timeouts) as conn:
-            preflight_target(conn, load_target(options.target), options.cpu_fallback)
-    # The deploy ships its own copy of the bundle: another build or deploy from this working
-    # directory may publish build/<app>-<target> again while this one uploads (publish.py).
-    if options.bundle is not None and Path(options.bundle).is_dir():
-        bundle = load_bundle(private_copy(Path(options.bundle)))
-    elif options.bundle is not None:
-        bundle = load_bundle(options.bundle)       # a .tar: extracted to a directory it owns
-    else:
-        # imported here: a prebuilt bundle deploys without torch or the compiler installed
-        from edgekit.api.build import BuildOptions, build
-        if on_stage:
-            on_stage("build")
-        bundle = build(BuildOptions(recipe=options.recipe, target=options.target,
-                                    use_cache=options.use_cache, private=True,
-                                    trust_pickle=options.trust_pickle)).bundle
+        require_bundle_path(Path(options.bundle))
+
+
+def policy_of(options: DeployOptions, hooks: Hooks | None) -> DeployPolicy:
+    """The device layer's policy for this deploy (the bundle's recorded hooks run)."""
+    return DeployPolicy(keep=options.keep, allow_unsigned=options.allow_unsigned,
+                        allow_downgrade=options.allow_downgrade,
+                        cpu_fallback=options.cpu_fallback, hooks=hooks)
+
+
+def _open_private(path: Path, allow_unsigned: bool) -> VerifiedBundle:
+    """The bundle this deploy ships, opened and verified once, before any device is reached:
+    a directory is copied whole first (another build or deploy from this working directory
+    may publish build/<app>-<target> again while this one uploads: publish.py); a .tar is
+    extracted to a directory the bundle owns. Errors name the user's path, not the copy's."""
+    if not path.is_dir():
+        return open_verified(path, allow_unsigned)
+    copy = private_copy(path)
     try:
-        with open_device(options.host, options.identity, timeouts) as conn:
-            return deploy_bundle(conn, bundle, keep=options.keep, on_stage=on_stage,
-                                 hooks=bundle.manifest.hooks,
-                                 allow_unsigned=options.allow_unsigned,
-                                 cpu_fallback=options.cpu_fallback,
-                                 allow_downgrade=options.allow_downgrade)
-    finally:
-        bundle.release()                            # a .tar's extraction
-        if options.bundle is None or Path(options.bundle).is_dir():
-            shutil.rmtree(bundle.path.parent, ignore_errors=True)
+        return open_verified(copy, allow_unsigned)
+    except BundleError as exc:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+        raise type(exc)(exc.what, where=(exc.where or "").replace(str(copy), str(path)),
+                        hint=exc.hint) from None
+    except BaseException:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+        raise
 
 
 def deploy_timeouts(options: DeployOptions) -> Timeouts:
@@ -100,4 +128,5 @@ def deploy_timeouts(options: DeployOptions) -> Timeouts:
     return resolve_timeouts(profile, recipe)
 
 
-__all__ = ["DeployOptions", "DeployResult", "deploy", "deploy_timeouts"]
+__all__ = ["DeployOptions", "DeployResult", "check_options", "deploy", "deploy_timeouts",
+           "policy_of"]

@@ -11,6 +11,7 @@ import click
 from edgekit.cli import complete, render
 from edgekit.cli.common import ALLOW_UNSIGNED, HOST_HELP, IDENTITY, JSON, TRUST_PICKLE, WIDE, \
     changing, examples, handle_errors
+from edgekit.cli.dry_run import DRY_RUN_HELP, show_dry_run
 
 # deploy's stages (api.deploy, device.deploy) that change nothing on the device
 DEPLOY_STAGES_THAT_READ = frozenset({"build", "connect and preflight", "preflight"})
@@ -19,7 +20,8 @@ DEPLOY_STAGES_THAT_READ = frozenset({"build", "connect and preflight", "prefligh
 @click.command(epilog=examples(
     "edgekit deploy build/kws-mlp-rpi4 --host lab-aarch64-1",
     "edgekit deploy --recipe recipes/kws_mlp.yaml --target rpi4 --host HOST",
-    "edgekit deploy build/kws-mlp-host.tar --host lab-x86_64-1 --json"))
+    "edgekit deploy build/kws-mlp-host.tar --host lab-x86_64-1 --json",
+    "edgekit deploy --recipe r.yaml --target rpi4 --host HOST --dry-run"))
 @click.argument("bundle", required=False, type=click.Path(path_type=Path))
 @click.option("--target", help="target profile name or YAML path (with --recipe)",
               shell_complete=complete.targets)
@@ -37,12 +39,13 @@ DEPLOY_STAGES_THAT_READ = frozenset({"build", "connect and preflight", "prefligh
               help="deploy a build older than the newest release activated on the device "
                    "(recorded in the device's journal)")
 @JSON
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @WIDE
 @handle_errors
 def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: str,
            identity: Path | None, keep: int, no_cache: bool, allow_unsigned: bool,
            trust_pickle: bool, cpu_fallback: bool, allow_downgrade: bool,
-           as_json: bool) -> None:
+           as_json: bool, dry_run: bool = False) -> None:
     """Ship BUNDLE (a directory or .tar from `edgekit build`), or build --recipe for --target
     first; check the device, upload, validate on the device, then activate."""
     from edgekit.api.deploy import DeployOptions, deploy as run_deploy
@@ -51,6 +54,10 @@ def deploy(bundle: Path | None, target: str | None, recipe: Path | None, host: s
                             identity=identity, keep=keep, use_cache=not no_cache,
                             allow_unsigned=allow_unsigned, trust_pickle=trust_pickle,
                             cpu_fallback=cpu_fallback, allow_downgrade=allow_downgrade)
+    if dry_run:   # the plan, read from the device (cli/dry_run.py renders it)
+        from edgekit.api.dry_run import deploy_dry_run
+        from edgekit.cli.dry_run import deploy_plan
+        return show_dry_run(deploy_dry_run(options), deploy_plan, as_json)
 
     def stage(name: str, show=None) -> None:
         if name not in DEPLOY_STAGES_THAT_READ:

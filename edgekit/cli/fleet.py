@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from edgekit.cli import render
 from edgekit.cli.common import JSON, WIDE, examples, handle_errors
+from edgekit.cli.dry_run import DRY_RUN_HELP
 
 FLEET_HELP = "fleet.yaml, or an Ansible inventory (INI or YAML)"
 
@@ -98,7 +99,8 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
 @fleet.command("update", epilog=examples(
     "edgekit fleet update --fleet fleet.yaml --recipe recipes/kws_mlp.yaml",
     "edgekit fleet update --fleet fleet.yaml --recipe r.yaml --limit GROUP",
-    "edgekit fleet update --fleet f.yaml --recipe r.yaml --rollback-on-halt all"))
+    "edgekit fleet update --fleet f.yaml --recipe r.yaml --rollback-on-halt all",
+    "edgekit fleet update --fleet f.yaml --recipe r.yaml --dry-run"))
 @click.option("--fleet", "fleet_file", required=True, type=click.Path(path_type=Path),
               help=FLEET_HELP)
 @click.option("--recipe", required=True, type=click.Path(path_type=Path), help="recipe YAML")
@@ -123,21 +125,30 @@ def _finish(result, as_json: bool, html: Path | None) -> None:
                    "(default: their files are verified, one command each)")
 @click.option("--html", type=click.Path(path_type=Path), help="also write an HTML report")
 @JSON
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @WIDE
 @handle_errors
 def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurrency, max_fail,
                  max_p90_ratio, rollback_on_halt, keep: int, no_cache: bool,
                  cpu_fallback: bool, allow_downgrade: bool, revalidate: bool,
-                 html: Path | None, as_json: bool) -> None:
+                 html: Path | None, as_json: bool, dry_run: bool = False) -> None:
     """Build once per target, then update the fleet in waves with health gates."""
     from edgekit.api.fleet import UpdateOptions, update
     overrides = _policy_overrides(canary, waves, concurrency, max_fail, max_p90_ratio,
                                   rollback_on_halt)
-    result = update(UpdateOptions(fleet=fleet_file, recipe=recipe, limit=limit,
-                                  policy=overrides, keep=keep, use_cache=not no_cache,
-                                  cpu_fallback=cpu_fallback, revalidate=revalidate,
-                                  allow_downgrade=allow_downgrade),
-                    on_event=_progress, html=html)
+    options = UpdateOptions(fleet=fleet_file, recipe=recipe, limit=limit, policy=overrides,
+                            keep=keep, use_cache=not no_cache, cpu_fallback=cpu_fallback,
+                            revalidate=revalidate, allow_downgrade=allow_downgrade)
+    if dry_run:   # --dry-run (cli/dry_run.py): the plan, read from the devices
+        from edgekit.api.dry_run import fleet_update_dry_run
+        from edgekit.cli import dry_run as dry_runs
+        result = fleet_update_dry_run(options)
+        if as_json:
+            render.emit_json(dry_runs.as_json(result))
+        else:
+            dry_runs.fleet_plan(result)
+        return
+    result = update(options, on_event=_progress, html=html)
     _finish(result, as_json, html)
 
 

@@ -31,7 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "each with eager PyTorch; writes that op alone as a reproducer bundle with a "
                "reproduce.sh."),
     "build": ("edgekit.cli.build:build",
-              "Build a deployable bundle for a target from a recipe."),
+              "Build a deployable bundle for a target from a recipe, or from a model file."),
+    "bundle": ("edgekit.cli.bundle:bundle",
+               "Look into a built bundle (a directory or .tar from `edgekit build`)."),
     "channel": ("edgekit.cli.channel:channel",
                 "A release channel any web server serves; devices pull from it (`edgekit "
                 "agent`)."),

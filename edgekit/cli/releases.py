@@ -10,6 +10,7 @@ import click
 from edgekit.cli import complete, render
 from edgekit.cli.common import IDENTITY, JSON, WIDE, changing, connecting, examples, \
     handle_errors
+from edgekit.cli.dry_run import DRY_RUN_HELP, show_dry_run
 
 
 @click.command(epilog=examples(
@@ -36,17 +37,23 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
 
 @click.command(epilog=examples(
     "edgekit rollback pi@192.0.2.10 --app kws-mlp",
-    "edgekit rollback lab-aarch64-1 --app kws-mlp --to RELEASE  # see `releases`"))
+    "edgekit rollback lab-aarch64-1 --app kws-mlp --to RELEASE  # see `releases`",
+    "edgekit rollback lab-aarch64-1 --app kws-mlp --dry-run"))
 @click.argument("host", shell_complete=complete.devices)
 @click.option("--app", required=True, help="app name (the recipe's name)")
 @click.option("--to", "to", help="release id [default: the one activated before current]")
 @IDENTITY
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @JSON
 @handle_errors
 def rollback(host: str, app: str, to: str | None, identity: Path | None,
-             as_json: bool) -> None:
+             as_json: bool, dry_run: bool = False) -> None:
     """Make the previously activated release current again (atomic switch)."""
     from dataclasses import asdict
+    if dry_run:   # the plan, read from the device (cli/dry_run.py renders it)
+        from edgekit.api.dry_run import rollback_dry_run
+        from edgekit.cli.dry_run import rollback_plan
+        return show_dry_run(rollback_dry_run(host, app, to, identity), rollback_plan, as_json)
 
     from edgekit.api.rollback import rollback as run_rollback
     from edgekit.config.address import safe_name

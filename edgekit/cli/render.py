@@ -323,6 +323,8 @@ def deploy_summary(result) -> None:
     validation_table(result.report)
     moved = (f"uploaded {result.uploaded_files} file(s), {result.uploaded_bytes:,} bytes"
              if result.uploaded_files else "identical release already on the device: no payload")
+    if result.copied_on_device:   # incremental: the device had these (device/deploy.py)
+        moved += f"; {result.copied_on_device} file(s) the device had, copied there"
     state = (f"activated {result.release}" + (f" (was {result.previous})" if result.previous
                                               else "")
              if result.activated else f"{result.release} was already current")

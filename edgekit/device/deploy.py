@@ -1,4 +1,5 @@
-"""Deploy a built bundle: preflight → upload to staging → verify → validate → activate.
+"""Deploy a verified bundle in five named steps: preflight → stage (upload to staging, verify
+on the device) → validate → activate → hooks, over one frozen DeployPolicy.
 
 Order chosen so that a bad release never goes live: the new release is validated on the device
 from its own directory *before* `current` is switched, so a failed validation leaves `current`
@@ -17,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,17 +37,18 @@ from edgekit.device import npu_preflight as npu_probe
 from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import (activate, clean_leftovers, current_release, in_flight,
-                                     is_older, journal_event, newest_activated,
+                                     is_older, journal_event, list_releases, newest_activated,
                                      protected_releases, prune_releases, record_newest,
                                      scratch_token, verify_release)
-from edgekit.device.trust import check_signature, install_signers
-from edgekit.errors import (BundleError, CannotRunHere, DeviceIncompatible, DeviceOutOfSpace,
-                            EdgekitError, HealthGateFailed, RemoteCommandFailed,
+from edgekit.device.trust import install_signers
+from edgekit.errors import (BundleError, CannotRunHere, ConfigError, DeviceIncompatible,
+                            DeviceOutOfSpace, EdgekitError, HealthGateFailed, RemoteCommandFailed,
                             ValidationFailed)
 from edgekit.models.bundle import (DISPATCH_CONFIGS, Bundle, MANIFEST, MODULE, NPU, SIGNATURE,
-                                   VARIANTS, sha256_file)
+                                   VARIANTS, ModuleVariant, check_payload_name, sha256_file)
 from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.toolchain.iree import runtime_flags
+from edgekit.toolchain.verified import VerifiedBundle, verify
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
 from edgekit.validate.compare import compare_output
 from edgekit.validate.outputs import output_byte_cap, output_file, read_output
@@ -73,6 +77,7 @@ class DeployResult:
     npu: str | None = None          # an NPU release: what the NPU preflight found, or that
                                     # --cpu-fallback deployed the CPU module without it
     accuracy: dict = field(default_factory=dict)  # what the accuracy gates measured
+    copied_on_device: int = 0       # files another release on the device had: copied there
 
 
 def preflight_target(conn: Transport, target: Target, cpu_fallback: bool = False
@@ -152,38 +157,139 @@ def refuse_npu_only(target: str, backend: str) -> None:
                  "build for a Linux NPU board (e.g. imx93-npu)")
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """Where `current` goes when a hook fails: `release` (None: the app has no current
+    release). A fleet rollout names the release the device ran before the rollout touched it."""
+
+    release: str | None
+
+
+@dataclass(frozen=True)
+class DeployPolicy:
+    """How a deploy may proceed, decided once by the caller (one frozen value instead of ten
+    flags passed through every layer). Checked when made."""
+
+    keep: int = 3                   # releases kept on the device (current included)
+    allow_unsigned: bool = False    # the user's opt-out of the signature check (journaled)
+    allow_downgrade: bool = False   # deploy a build older than the device's newest (journaled)
+    cpu_fallback: bool = False      # an NPU bundle: its IREE CPU module, no NPU needed
+    hooks: Hooks | None = None      # run after activation (the manifest's, or the fleet's)
+    hooks_when_current: bool = False   # ... also when the release was current already
+    fallback: Fallback | None = None   # a failed hook's restore (None: the previous current)
+    gate: Gate | None = None        # after validation, before activation (fleet latency gate)
+    dataset: bool = True            # run the bundle's dataset gate (a fleet: its first wave,
+                                    # unless the bundle says `everywhere`)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keep, bool) or not isinstance(self.keep, int) or self.keep < 1:
+            raise ConfigError(f"keep must be a whole number of releases >= 1 (got "
+                              f"{self.keep!r})", key="keep",
+                              hint="--keep N counts the current release too")
+
+
+# The five steps of a deploy, in order. Only `preflight` runs in a dry run: it reads the device
+# and decides; `stage` provisions and uploads; `validate` runs the samples on the device (and
+# the gate); `activate` renames `current`; `hooks` runs the user's checks after it.
+STEPS = ("preflight", "stage", "validate", "activate", "hooks")
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the preflight read from the device, and what the later steps will do."""
+
+    info: DeviceInfo
+    app: str
+    release: str
+    previous: str | None            # `current` before this deploy
+    downgrade: bool                 # older than the newest activated (allowed by the policy)
+    provision: bool                 # the runtime or the shims must be installed first
+    runtime: str
+    shims: str
+    variant: ModuleVariant | None   # the CPU variant this device runs (None: the baseline)
+    variants_skipped: tuple[str, ...]
+    npu: str | None
+    payload_bytes: int
+
+    @property
+    def module(self) -> str:
+        return self.variant.file if self.variant else MODULE
+
+
+class _Clock:
+    """The deploy's stage marks (`on_stage` is told each one as it starts)."""
+
+    def __init__(self, on_stage: Callable[[str], None] | None):
+        self.started = time.perf_counter()
+        self.marks: dict[str, float] = {}
+        self.on_stage = on_stage
+
+    def __call__(self, name: str) -> None:
+        self.marks[name] = time.perf_counter()
+        if self.on_stage:
+            self.on_stage(name)
+
+    def seconds(self) -> tuple[float, dict[str, float]]:
+        now = time.perf_counter()
+        marks = list(self.marks.items()) + [("end", now)]
+        return round(now - self.started, 3), {
+            name: round(marks[i + 1][1] - t, 3) for i, (name, t) in enumerate(marks[:-1])}
+
+
+def deploy_verified(conn: Transport, bundle: VerifiedBundle, policy: DeployPolicy = DeployPolicy(),
+                    on_stage: Callable[[str], None] | None = None) -> DeployResult:
+    """Deploy a verified bundle on a connected device: the five STEPS (see the module
+    docstring for why in this order). The bundle is neither parsed nor checked again here:
+    its signature was checked when it was verified, and the device's verify.sh checks it
+    again on the uploaded bytes. Releases are monotonic: a bundle built before the newest
+    release that went live for the app on the device is refused (BundleError, before anything
+    is uploaded) unless `policy.allow_downgrade` (journaled); `rollback` is not held to it."""
+    clock = _Clock(on_stage)
+    if not policy.allow_unsigned:
+        bundle.require_signed()
+    clock("preflight")
+    pre = preflight_step(conn, bundle, policy)
+    if bundle.manifest.variants:
+        clock(f"preflight: runs {'variant ' + pre.variant.name if pre.variant else 'the baseline'}")
+    with in_flight(conn, pre.app, pre.release):
+        files, sent, copied = stage_step(conn, bundle, pre, clock)
+        try:   # a release that does not go live here does not stay (unless protected)
+            report, measured, accuracy = validate_step(conn, bundle, pre, policy, clock)
+            activated = activate_step(conn, pre, clock)
+        except BaseException:
+            _discard_unless_protected(conn, pre.app, pre.release)
+            raise
+    hooks_step(conn, pre, policy, activated, clock)
+    if activated:   # live and healthy: the newest release, if newer than the device's record
+        record_newest(conn, pre.app, bundle.manifest.created_at, pre.release)
+    pruned = prune_releases(conn, pre.app, policy.keep)
+    seconds, stage_seconds = clock.seconds()
+    return DeployResult(device=conn.where, app=pre.app, release=pre.release,
+                        previous=pre.previous, activated=activated, uploaded_files=files,
+                        uploaded_bytes=sent, copied_on_device=copied,
+                        provisioned=pre.provision, report=report,
+                        pruned=pruned, seconds=seconds, stage_seconds=stage_seconds,
+                        gate=measured, signer=bundle.signer,
+                        variant=pre.variant.name if pre.variant else None,
+                        variants_skipped=pre.variants_skipped, npu=pre.npu, accuracy=accuracy)
+
+
 def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
-                  on_stage: Callable[[str], None] | None = None, *, gate: Gate | None = None,
-                  hooks: Hooks | None = None, hooks_when_current: bool = False,
-                  fallback: str | None | bool = False,
-                  allow_unsigned: bool = False, cpu_fallback: bool = False,
-                  allow_downgrade: bool = False, dataset: bool = True) -> DeployResult:
-    """Deploy a built bundle on a connected device (see the module docstring for the order).
-    Its signature is checked here and again on the device; `allow_unsigned` (the user's
-    explicit opt-out, journaled on the device) deploys a bundle whose signature is missing
-    or not trusted. Releases are monotonic: a bundle built before the newest release that went
-    live (and passed its hooks) for the app on the device is refused (BundleError, before
-    anything is uploaded) unless `allow_downgrade` (journaled on the device); `rollback` is
-    not held to it. An NPU release needs the NPU its profile names (npu_preflight), unless
-    `cpu_fallback` deploys its IREE CPU module without it. `hooks` run after activation (also when the release was already current
-    if `hooks_when_current`); if one fails, `current` goes back to `fallback` (default: the
-    release that was current before) and HealthGateFailed is raised. `dataset`: run the
-    bundle's dataset gate (a fleet runs it on its first wave only, unless the bundle says
-    `everywhere`)."""
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def stage(name: str) -> None:
-        timings[name] = time.perf_counter()
-        if on_stage:
-            on_stage(name)
-
+                  on_stage: Callable[[str], None] | None = None, **policy) -> DeployResult:
+    """`deploy_verified` for a bundle not verified yet (verified here, once); `policy`: the
+    DeployPolicy fields. For callers that hold a Bundle; new code passes a DeployPolicy."""
+    chosen = DeployPolicy(keep=keep, **policy)
     refuse_npu_only(bundle.manifest.target, bundle.manifest.backend)
-    bundle.verify()
-    signer = check_signature(bundle, allow_unsigned)
+    return deploy_verified(conn, verify(bundle, chosen.allow_unsigned), chosen, on_stage)
+
+
+def preflight_step(conn: Transport, bundle: VerifiedBundle, policy: DeployPolicy) -> Preflight:
+    """Read the device and decide: it can run the bundle (arch, features, runtime, space, the
+    NPU), which module it runs, whether it needs provisioning, and that the release is no
+    downgrade. Changes nothing on the device (a dry run is this step alone)."""
     m = bundle.manifest
+    refuse_npu_only(m.target, m.backend)
     app, release = safe_name(m.app, "app"), release_id(bundle)
-    stage("preflight")
     info = probe(conn)
     payload = sum(bundle.file(f).stat().st_size for f in m.files)
     refuse_if(preflight.problems(m, info), conn, info, m.backend,
@@ -193,87 +299,136 @@ def deploy_bundle(conn: Transport, bundle: Bundle, keep: int = 3,
                                hint="nothing was uploaded; free space on the device (its "
                                     "~/.edgekit holds the releases: `deploy --keep` keeps "
                                     "fewer), then deploy again")
-    npu = npu_preflight(conn, Target.model_validate(m.target_profile), cpu_fallback)
+    npu = npu_preflight(conn, Target.model_validate(m.target_profile), policy.cpu_fallback)
     variant, skipped = preflight.pick_variant(m, info)
-    if m.variants:
-        stage(f"preflight: runs {'variant ' + variant.name if variant else 'the baseline'}")
-    provisioned = needs_provisioning(info, m.compiler_version)
-    if provisioned:
-        stage("provision")
-        provision(conn, info, m.compiler_version)
-    runtime = layout.runtime_dir(m.compiler_version, info.arch)
-    shims = layout.shims_dir(shim_version())
     previous = current_release(conn, app)
     newest = newest_activated(conn, app)
     downgrade = newest is not None and previous != release and newest[1] != release \
         and is_older(m.created_at, newest[0])
-    if downgrade and not allow_downgrade:
+    if downgrade and not policy.allow_downgrade:
         raise BundleError(
             f"release {release} (built {m.created_at}) is older than {newest[1]} (built "
             f"{newest[0]}), the newest release of {app} activated on the device; refused, "
             "nothing was uploaded", where=conn.where,
             hint="deploy a newer build, `edgekit rollback` to go back to an earlier release, "
                  "or pass --allow-downgrade (recorded in the device's journal)")
+    return Preflight(info=info, app=app, release=release, previous=previous,
+                     downgrade=downgrade,
+                     provision=needs_provisioning(info, m.compiler_version),
+                     runtime=layout.runtime_dir(m.compiler_version, info.arch),
+                     shims=layout.shims_dir(shim_version()), variant=variant,
+                     variants_skipped=skipped, npu=npu, payload_bytes=payload)
 
-    stage("upload")
-    clean_leftovers(conn, app, keep=release)   # before the upload: a full disk gets its space
-    install_signers(conn)
-    with in_flight(conn, app, release):
-        files, sent = upload_release(conn, bundle, app, release, shims,
-                                     allow_unsigned=signer is None,
-                                     module=variant.file if variant else MODULE)
-        if signer is None:
-            journal_event(conn, app, "unsigned-allowed", release)
-        if downgrade:
-            journal_event(conn, app, "downgrade-allowed", release)
 
-        stage("validate")
-        try:   # a release that does not go live here does not stay (unless protected)
-            report = validate_on_device(conn, bundle, layout.release_dir(app, release),
-                                        runtime, shims)
-            if not report.ok:
-                journal_event(conn, app, "rejected", release)
-                kept = (f"`current` still points at {previous}" if previous
-                        else "the app has no current release")
-                raise ValidationFailed(
-                    f"on-device validation failed on {conn.where}: release {release} was not "
-                    f"activated; {kept}", report=report,
-                    hint=_mismatch_hint(m.backend, info))
+def stage_step(conn: Transport, bundle: VerifiedBundle, pre: Preflight,
+               clock: Callable[[str], None]) -> Sent:
+    """Provision the device if it needs it, make room, install the trusted signers and put the
+    release in place, verified on the device (upload_release)."""
+    if pre.provision:
+        clock("provision")
+        provision(conn, pre.info, bundle.manifest.compiler_version)
+    clock("upload")
+    clean_leftovers(conn, pre.app, keep=pre.release)   # before the upload: a full disk gets
+    install_signers(conn)                              # its space
+    sent = upload_release(conn, bundle, pre.app, pre.release, pre.shims,
+                          allow_unsigned=bundle.signer is None, module=pre.module)
+    if bundle.signer is None:
+        journal_event(conn, pre.app, "unsigned-allowed", pre.release)
+    if pre.downgrade:
+        journal_event(conn, pre.app, "downgrade-allowed", pre.release)
+    return sent
 
-            # accuracy gates (issue 38: validation.repeat, validation.dataset): accuracy.py
-            accuracy = run_gates(conn, bundle, layout.release_dir(app, release), runtime,
-                                 shims, on_stage=stage, dataset=dataset)
-            journal_event(conn, app, "validated", release)
-            measured: dict = {}
-            if gate is not None:
-                stage("gate")
-                measured = gate(conn, info, release)
 
-            activated = previous != release
-            if activated:
-                stage("activate")
-                activate(conn, app, release, shims)
-        except BaseException:
-            _discard_unless_protected(conn, app, release)
-            raise
-    if hooks is not None and (hooks.after_activate or hooks.health) and \
-            (activated or hooks_when_current):
-        stage("hooks")
-        run_hooks(conn, app, release, hooks, shims,
-                  fallback=previous if fallback is False else fallback)
-    if activated:   # live and healthy: the newest release, if newer than the device's record
-        record_newest(conn, app, m.created_at, release)
-    pruned = prune_releases(conn, app, keep)
-    now = time.perf_counter()
-    marks = list(timings.items()) + [("end", now)]
-    stage_seconds = {name: round(marks[i + 1][1] - t, 3) for i, (name, t) in enumerate(marks[:-1])}
-    return DeployResult(device=conn.where, app=app, release=release, previous=previous,
-                        activated=activated, uploaded_files=files, uploaded_bytes=sent,
-                        provisioned=provisioned, report=report, pruned=pruned,
-                        seconds=round(now - started, 3), stage_seconds=stage_seconds,
-                        gate=measured, signer=signer,
-                        variant=variant.name if variant else None, variants_skipped=skipped,
-                        npu=npu, accuracy=accuracy)
+def validate_step(conn: Transport, bundle: VerifiedBundle, pre: Preflight, policy: DeployPolicy,
+                  clock: Callable[[str], None]) -> tuple[ValidationReport, dict, dict]:
+    """Run every validation sample from the release's own directory and compare here; then
+    the accuracy gates the bundle carries (validation.repeat, validation.dataset: accuracy.py)
+    and the policy's gate. Returns (report, the gate's figures, the accuracy gates' figures);
+    raises (ValidationFailed, HealthGateFailed) before anything is live."""
+    clock("validate")
+    report = validate_on_device(conn, bundle, layout.release_dir(pre.app, pre.release),
+                                pre.runtime, pre.shims)
+    if not report.ok:
+        journal_event(conn, pre.app, "rejected", pre.release)
+        kept = (f"`current` still points at {pre.previous}" if pre.previous
+                else "the app has no current release")
+        raise ValidationFailed(
+            f"on-device validation failed on {conn.where}: release {pre.release} was not "
+            f"activated; {kept}", report=report, hint=_mismatch_hint(bundle.manifest.backend,
+                                                                     pre.info))
+    accuracy = run_gates(conn, bundle, layout.release_dir(pre.app, pre.release), pre.runtime,
+                         pre.shims, on_stage=clock, dataset=policy.dataset)
+    journal_event(conn, pre.app, "validated", pre.release)
+    if policy.gate is None:
+        return report, {}, accuracy
+    clock("gate")
+    return report, policy.gate(conn, pre.info, pre.release), accuracy
+
+
+def activate_step(conn: Transport, pre: Preflight, clock: Callable[[str], None]) -> bool:
+    """Switch `current` to the release (one rename on the device); False when it was current
+    already."""
+    if pre.previous == pre.release:
+        return False
+    clock("activate")
+    activate(conn, pre.app, pre.release, pre.shims)
+    return True
+
+
+def hooks_step(conn: Transport, pre: Preflight, policy: DeployPolicy, activated: bool,
+               clock: Callable[[str], None]) -> None:
+    """The policy's hooks after activation (also when already current, if it says so); a
+    failure puts `current` back on the fallback and raises HealthGateFailed."""
+    hooks = policy.hooks
+    if hooks is None or not (hooks.after_activate or hooks.health) or \
+            not (activated or policy.hooks_when_current):
+        return
+    clock("hooks")
+    fallback = pre.previous if policy.fallback is None else policy.fallback.release
+    run_hooks(conn, pre.app, pre.release, hooks, pre.shims, fallback=fallback)
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What a deploy of a bundle would do on one device (a dry run: nothing was changed)."""
+
+    device: str
+    app: str
+    release: str
+    previous: str | None            # `current` now
+    provision: bool                 # the runtime or shims would be installed first
+    upload: UploadPlan
+    activate: bool                  # `current` would move to the release
+    samples: int                    # validation samples run on the device
+    hooks: tuple[str, ...]          # the hooks that would run after activation
+    gate: bool                      # the policy's gate would run before activation
+    variant: str | None
+    npu: str | None
+    downgrade: bool                 # allowed by the policy (else preflight refused it)
+    signer: str | None
+
+
+def plan_deploy(conn: Transport, bundle: VerifiedBundle, policy: DeployPolicy = DeployPolicy()
+                ) -> DeployPlan:
+    """A dry run of deploy_verified: the preflight step (the same refusals, with the same
+    errors), then what the later steps would move and switch. Reads the device only."""
+    if not policy.allow_unsigned:
+        bundle.require_signed()
+    pre = preflight_step(conn, bundle, policy)
+    shims = pre.shims if conn.listdir(pre.shims) is not None else None
+    upload = plan_upload(conn, bundle, pre.app, pre.release, shims,
+                         allow_unsigned=bundle.signer is None, module=pre.module)
+    activates = pre.previous != pre.release
+    hooks = policy.hooks
+    runs_hooks = hooks is not None and (activates or policy.hooks_when_current)
+    return DeployPlan(
+        device=conn.where, app=pre.app, release=pre.release, previous=pre.previous,
+        provision=pre.provision, upload=upload, activate=activates,
+        samples=1 + len(bundle.manifest.more_golden),
+        hooks=tuple(name for name in ("after_activate", "health")
+                    if runs_hooks and getattr(hooks, name)),
+        gate=policy.gate is not None, variant=pre.variant.name if pre.variant else None,
+        npu=pre.npu, downgrade=pre.downgrade, signer=bundle.signer)
 
 
 def run_hooks(conn: Transport, app: str, release: str, hooks: Hooks, shims: str,
@@ -323,45 +478,138 @@ def restore_release(conn: Transport, app: str, release: str | None, shims: str) 
         journal_event(conn, app, "deactivate", "")
 
 
+class Sent(NamedTuple):
+    """What putting a release in place moved: files and bytes uploaded, and files copied on
+    the device from another release instead of uploaded."""
+
+    files: int
+    bytes: int
+    copied: int = 0
+
+
+@dataclass(frozen=True)
+class UploadPlan:
+    """What the stage step moves to the device for a release (read before anything moves)."""
+
+    present: bool                   # the release is there and verifies: nothing moves
+    repair: bool                    # a corrupted copy that is live: repaired file by file
+    exists: bool = False            # a copy of the release is there (corrupted, if not present)
+    send: tuple[tuple[str, int], ...] = ()              # (file, bytes) uploaded
+    reuse: tuple[tuple[str, int, str], ...] = ()        # (file, bytes, the device's copy)
+
+    @property
+    def send_bytes(self) -> int:
+        return sum(size for _, size in self.send)
+
+
+# other releases of the app whose SHA256SUMS are read for files the device has already
+REUSE_FROM_RELEASES = 4
+_SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S+)")
+
+
+def device_copies(conn: Transport, app: str, release: str,
+                  wanted: dict[str, str]) -> dict[str, str]:
+    """{file: path on the device of an identical file} for the payload files (`wanted`:
+    {name: sha256}) that another release of the app holds, by its SHA256SUMS (newest
+    releases first). The device's answer is untrusted and only a hint: names are checked,
+    and the staging copy is verified by verify.sh like an upload."""
+    found: dict[str, str] = {}
+    others = [name for name, _ in list_releases(conn, app) if name != release]
+    for other in others[:REUSE_FROM_RELEASES]:
+        try:
+            folder = layout.release_dir(app, safe_name(other, "release"))
+        except ConfigError:
+            continue
+        try:
+            sums = conn.read_text(f"{folder}/SHA256SUMS") or ""
+        except EdgekitError:   # oversized, a link, unreadable: that release offers nothing
+            continue
+        have: dict[str, str] = {}
+        for line in sums.splitlines():
+            match = _SUM_LINE.fullmatch(line)
+            if match and _is_payload_name(match.group(2)):
+                have.setdefault(match.group(1), match.group(2))
+        for rel, digest in wanted.items():
+            if rel not in found and digest in have:
+                found[rel] = f"{folder}/{have[digest]}"
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def _is_payload_name(name: str) -> bool:
+    try:
+        check_payload_name(name)
+        return True
+    except ValueError:
+        return False
+
+
+def plan_upload(conn: Transport, bundle: Bundle, app: str, release: str, shims: str | None,
+                allow_unsigned: bool = False, module: str = MODULE) -> UploadPlan:
+    """What upload_release would move, without changing anything on the device. `shims`:
+    None when the device has none installed yet (no copy there can be verified)."""
+    target = layout.release_dir(app, release)
+    exists = conn.listdir(target) is not None
+    if exists and shims is not None and conn.run(
+            _verify_argv(shims, target, allow_unsigned), check=False).returncode == 0:
+        return UploadPlan(present=True, repair=False, exists=True)
+    m = bundle.manifest
+    with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
+        extras = {p.name: p.stat().st_size for p in release_extras(bundle, Path(tmp), module)}
+    sizes = {**{rel: bundle.file(rel).stat().st_size for rel in (*m.files, MANIFEST)}, **extras}
+    repair = exists and release in protected_releases(conn, app)
+    reuse = {} if repair else device_copies(conn, app, release, dict(m.files))
+    return UploadPlan(present=False, repair=repair, exists=exists,
+                      send=tuple((rel, size) for rel, size in sizes.items() if rel not in reuse),
+                      reuse=tuple((rel, sizes[rel], path) for rel, path in sorted(reuse.items())))
+
+
+def _verify_argv(shims: str, directory: str, allow_unsigned: bool) -> list[str]:
+    return ["sh", f"{shims}/verify.sh", directory, *(["--allow-unsigned"] if allow_unsigned
+                                                     else [])]
+
+
+# copies files already on the device into the staging release: pairs of (from, to) arguments;
+# a source that is not a plain file (a link, a device) is refused, never read
+_COPY_PAIRS = ('while [ $# -gt 1 ]; do [ -f "$1" ] && [ ! -L "$1" ] || exit 1; '
+               'cp -- "$1" "$2" || exit 1; shift 2; done')
+
+
 def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
                    shims: str, allow_unsigned: bool = False,
-                   module: str = MODULE) -> tuple[int, int]:
+                   module: str = MODULE) -> Sent:
     """Put the release in place, verified (signature, names, sha256s: verify.sh; without the
     signature if `allow_unsigned`). An identical release already there (it verifies) moves no
-    payload. A corrupted copy that `current` or the rollback target points at is repaired in
-    place, file by file (each file replaced by rename(2), so the directory is never missing);
-    any other corrupted copy is moved aside only once a verified staging copy is ready to take
-    its name. Returns (files, bytes) sent."""
+    payload; a payload file another release of the app holds with the same sha256 is copied
+    on the device instead of uploaded (incremental: plan_upload says which). A corrupted copy
+    that `current` or the rollback target points at is repaired in place, file by file (each
+    file replaced by rename(2), so the directory is never missing); any other corrupted copy
+    is moved aside only once a verified staging copy is ready to take its name."""
     target = layout.release_dir(app, release)
-    unsigned = ["--allow-unsigned"] if allow_unsigned else []
 
     def verify(directory: str) -> list[str]:
-        return ["sh", f"{shims}/verify.sh", directory, *unsigned]
+        return _verify_argv(shims, directory, allow_unsigned)
 
-    exists = conn.listdir(target) is not None
-    if exists and conn.run(verify(target), check=False).returncode == 0:
-        return 0, 0
+    plan = plan_upload(conn, bundle, app, release, shims, allow_unsigned, module)
+    if plan.present:
+        return Sent(0, 0)
     with tempfile.TemporaryDirectory(prefix="edgekit-release-") as tmp:
         extras = release_extras(bundle, Path(tmp), module)
         local_files = [(bundle.file(rel), rel) for rel in [*bundle.manifest.files, MANIFEST]]
         local_files += [(path, path.name) for path in extras]
-        if exists and release in protected_releases(conn, app):
-            return len(local_files), _repair_in_place(conn, target, local_files,
-                                                      verify(target))
-        staging = layout.staging_dir(app, scratch_token())
+        if plan.repair:
+            return Sent(len(local_files), _repair_in_place(conn, target, local_files,
+                                                           verify(target)))
+        copies = {rel: path for rel, _, path in plan.reuse}
+        staging, sent = _staged(conn, bundle, app, local_files, copies, verify)
+        if staging is None:   # a copy on the device did not verify: upload every file
+            staging, again = _staged(conn, bundle, app, local_files, {}, verify)
+            sent = Sent(again.files, sent.bytes + again.bytes)
         try:
-            conn.mkdirs(f"{staging}/golden")
-            if bundle.manifest.variants:
-                conn.mkdirs(f"{staging}/{VARIANTS}")
-            if bundle.manifest.npu is not None:
-                conn.mkdirs(f"{staging}/{NPU}")
-            if bundle.manifest.dispatch_configs:
-                conn.mkdirs(f"{staging}/{DISPATCH_CONFIGS}")
-            sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in local_files)
-            conn.run(verify(staging), what="the uploaded release does not verify on the device")
             conn.mkdirs(f"{layout.app_dir(app)}/releases")
             aside = None
-            if exists:  # corrupted and not live: out of the way, removed once replaced
+            if plan.exists:  # corrupted and not live: out of the way, removed once replaced
                 aside = layout.trash_dir(app, scratch_token())
                 conn.rename(target, aside)
             try:
@@ -377,7 +625,49 @@ def upload_release(conn: Transport, bundle: Bundle, app: str, release: str,
             raise
         if aside:
             _remove_quietly(conn, aside)
-    return len(local_files), sent
+    return sent
+
+
+def _staged(conn: Transport, bundle: Bundle, app: str, local_files: list[tuple[Path, str]],
+            copies: dict[str, str], verify: Callable[[str], list[str]]
+            ) -> tuple[str | None, Sent]:
+    """A staging copy of the release, verified on the device: `copies` copied there from the
+    device's identical files, the rest uploaded. (staging, (files, bytes) sent); staging None
+    (and removed) when it holds device copies and does not verify: the caller uploads all."""
+    puts: list[tuple[Path, str]] = []
+    staging = layout.staging_dir(app, scratch_token())
+    try:
+        conn.mkdirs(f"{staging}/golden")
+        if bundle.manifest.variants:
+            conn.mkdirs(f"{staging}/{VARIANTS}")
+        if bundle.manifest.npu is not None:
+            conn.mkdirs(f"{staging}/{NPU}")
+        if bundle.manifest.dispatch_configs:
+            conn.mkdirs(f"{staging}/{DISPATCH_CONFIGS}")
+        copied = _copy_on_device(conn, staging, copies)
+        puts = [(local, rel) for local, rel in local_files if rel not in copied]
+        sent = sum(conn.put(local, f"{staging}/{rel}") for local, rel in puts)
+        if copied and conn.run(verify(staging), check=False).returncode != 0:
+            _remove_quietly(conn, staging)
+            return None, Sent(len(puts), sent)
+        if not copied:
+            conn.run(verify(staging), what="the uploaded release does not verify on the device")
+    except BaseException:
+        _remove_quietly(conn, staging)
+        raise
+    return staging, Sent(len(puts), sent, len(copied))
+
+
+def _copy_on_device(conn: Transport, staging: str, copies: dict[str, str]) -> set[str]:
+    """Copy {file: the device's identical file} into `staging`, in one command; the files
+    copied (none when the copy fails: another deploy pruned that release meanwhile, and the
+    files are uploaded instead). verify.sh checks the copies like the uploads."""
+    if not copies:
+        return set()
+    pairs = [arg for rel, path in copies.items() for arg in (path, f"{staging}/{rel}")]
+    if conn.run(["sh", "-c", _COPY_PAIRS, "copy", *pairs], check=False).returncode != 0:
+        return set()
+    return set(copies)
 
 
 def _repair_in_place(conn: Transport, target: str, local_files: list[tuple[Path, str]],
@@ -506,7 +796,7 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
         for i, (sig, golden) in enumerate(zip(m.outputs, golden_outputs)):
             name = output_file(i, sig.dtype)
             local = scratch / f"s{sample}-{name}"
-            expected = _golden(bundle.file(golden), sig.dtype)
+            expected = _golden(bundle.file(golden), sig.dtype, m.files.get(golden))
             if result.returncode != 0:
                 comparisons.append(_run_failed(sig.name, expected, result.stderr))
                 continue
@@ -532,10 +822,16 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
 _goldens: dict[tuple[str, str, str], np.ndarray] = {}
 
 
-def _golden(path: Path, dtype: str) -> np.ndarray:
+def _golden(path: Path, dtype: str, recorded: str | None) -> np.ndarray:
     """A golden output, read once per content (a fleet validates the same goldens on every
-    device); read-only, so no comparison can change the copy the next device gets."""
-    key = (str(path), sha256_file(path), dtype)
+    device); read-only, so no comparison can change the copy the next device gets. Its
+    sha256 (from the digest cache) must still be the manifest's: the bundle was verified
+    once, and a golden changed since then is refused, not compared against."""
+    digest = sha256_file(path)
+    if digest != recorded:
+        raise BundleError(f"bundle file changed after it was verified: {path.name}",
+                          where=str(path.parent), hint="rebuild or copy the bundle again")
+    key = (str(path), digest, dtype)
     if key not in _goldens:
         if len(_goldens) > 256:
             _goldens.clear()

@@ -57,13 +57,20 @@ def activate(conn: Transport, app: str, release: str, shims: str) -> None:
                               returncode=1, stderr_tail="")
 
 
-def rollback(conn: Transport, app: str, shims: str, to: str | None = None) -> tuple[str, str]:
-    """Make the previously activated release (or `to`) current again. Returns (from, to)."""
+def rollback_target(conn: Transport, app: str, to: str | None = None) -> tuple[str | None, str]:
+    """(current, the release a rollback would make current): `to`, or the release activated
+    before current. Reads the device only; ConfigError when there is none."""
     current = current_release(conn, app)
     names = {name for name, _ in list_releases(conn, app)}
     target = to or previous_release(activation_history(conn, app), current)
     if target is None or target not in names:
         raise _nothing_to_roll_back_to(conn, app, current, names, target)
+    return current, target
+
+
+def rollback(conn: Transport, app: str, shims: str, to: str | None = None) -> tuple[str, str]:
+    """Make the previously activated release (or `to`) current again. Returns (from, to)."""
+    current, target = rollback_target(conn, app, to)
     verify_release(conn, app, target, shims)
     activate(conn, app, target, shims)
     journal_event(conn, app, "rollback", target)

@@ -39,16 +39,17 @@ from edgekit.config.recipe import Hooks, Recipe, load_recipe
 from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round, remote_manifest, run_configs
 from edgekit.config.profiles import load_target
-from edgekit.device.deploy import (Gate, deploy_bundle, expected_sums, preflight_target,
-                                   release_id, restore_release)
+from edgekit.device.deploy import (DeployPolicy, Fallback, Gate, deploy_verified,
+                                   expected_sums, preflight_target, release_id,
+                                   restore_release)
 from edgekit.device.probe import DeviceInfo
 from edgekit.device.provision import shim_version
 from edgekit.device.releases import current_release, live_release
-from edgekit.device.trust import check_signature
 from edgekit.errors import ConfigError, EdgekitError, HealthGateFailed
 from edgekit.fleet import journal as jr
 from edgekit.fleet.waves import halts, plan_waves
-from edgekit.models.bundle import MODULE, VARIANTS, Bundle, load_bundle
+from edgekit.models.bundle import MODULE, VARIANTS, Bundle
+from edgekit.toolchain.verified import VerifiedBundle, open_verified
 from edgekit.models.events import (AlreadyFinished, BuildStarted, DeviceDone, DevicePreflight,
                                    DeviceRolledBack, DeviceStarted,
                                    DeviceStep, Finished, Halted, Interrupted, RolloutEvent,
@@ -195,8 +196,10 @@ def _build_per_target(build_for: BuildFor, fleet: Fleet, directory: Path,
         built = build_for(target)
         copy = directory / "bundles" / f"{index}-{safe_name(Path(target).stem, 'target')}"
         shutil.copytree(built.path, copy)
-        bundle = load_bundle(copy)
-        check_signature(bundle)     # an untrusted build stops the rollout before any device
+        # verified once: an untrusted build stops the rollout before any device, and every
+        # device of this process deploys this copy without parsing or checking it again
+        bundle = open_verified(copy)
+        _releases[str(copy)] = _Release(bundle, expected_sums(bundle))
         bundles[target] = str(copy)
         releases[target] = release_id(bundle)
     return bundles, releases
@@ -301,13 +304,13 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
             note = SHARED_CPUS_NOTE
         else:
             gate = latency_gate(plan.policy, plan.app, previous, measured)
-    result = deploy_bundle(conn, _release_of(plan, device.target).bundle, keep=plan.keep,
-                           gate=gate, dataset=first_wave, hooks=plan.hooks,
-                           hooks_when_current=True, fallback=previous,
-                           cpu_fallback=plan.cpu_fallback, allow_downgrade=plan.allow_downgrade,
-                           on_stage=lambda step: journal.write(
-                               DeviceStep(device=device.name, step=step),
-                               durable=step in jr.SWITCHING_STEPS))
+    policy = DeployPolicy(keep=plan.keep, gate=gate, hooks=plan.hooks, hooks_when_current=True,
+                          fallback=Fallback(previous), cpu_fallback=plan.cpu_fallback,
+                          allow_downgrade=plan.allow_downgrade, dataset=first_wave)
+    result = deploy_verified(conn, _release_of(plan, device.target).bundle, policy,
+                             on_stage=lambda step: journal.write(
+                                 DeviceStep(device=device.name, step=step),
+                                 durable=step in jr.SWITCHING_STEPS))
     if "dataset" in result.accuracy:
         measured["dataset"] = result.accuracy["dataset"]
     return ("updated" if previous != release else "unchanged"), measured.get("note", note)
@@ -315,7 +318,7 @@ def _deploy(conn: Transport, plan: RolloutPlan, device: FleetDevice, previous: s
 
 @dataclass(frozen=True)
 class _Release:
-    bundle: Bundle
+    bundle: VerifiedBundle
     sums: tuple[str, ...]        # what a live copy holds as SHA256SUMS (deploy.expected_sums)
 
 
@@ -323,13 +326,12 @@ _releases: dict[str, _Release] = {}
 
 
 def _release_of(plan: RolloutPlan, target: str) -> _Release:
-    """The rollout's bundle for `target`, parsed and its signature checked once per process
-    (a resumed rollout's copy too), with the SHA256SUMS a live copy of it holds. Every deploy
-    hashes its files again, from a digest cache that notices any change (config/stamped.py)."""
+    """The rollout's bundle for `target`, parsed and verified (sha256s, signature) once per
+    process (a resumed rollout's copy too), with the SHA256SUMS a live copy of it holds; the
+    devices' deploys take it as it is (each device's verify.sh checks what it received)."""
     path = plan.bundles[target]
     if path not in _releases:
-        bundle = load_bundle(path)
-        check_signature(bundle)
+        bundle = open_verified(path)
         _releases[path] = _Release(bundle, expected_sums(bundle))
     return _releases[path]
 

@@ -150,7 +150,7 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     skey = source_key.source_key(options, base, target)
     out = (options.out or default_out(recipe, target)).resolve()
     timings: dict[str, float] = {}
-    workdir = Path(tempfile.mkdtemp(prefix="edgekit-build-"))
+    workdir = BuildCache().workdir()   # on the cache's filesystem: the bundle moves in
     run = BuildRun(options, recipe, target, workdir, out, npu_versions, source_key.Recording())
     try:
         stored = run_plan(plan, run, recipe, timings, on_stage)
@@ -159,12 +159,11 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
                               run.sources_read, run.steering.read_from, timings)
         if options.private:
             out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
-        _publish(stored.entry, out, run.tuning, stored.cached, run.key)
+        bundle = _publish(stored.entry, out, run.tuning, stored.cached, run.key)  # verified once
     finally:
         run.recording.stop()
         if not keep_temps():
             shutil.rmtree(workdir, ignore_errors=True)
-    bundle = load_bundle(out)
     tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=stored.cached,
                        seconds=time.perf_counter() - started, stage_seconds=timings, tar=tar)

@@ -1,7 +1,9 @@
 """Content-addressed build cache: the same model + recipe + target + toolchain → same bundle.
 
 The key is a sha256 over a canonical JSON of everything that affects the bundle; the entry is
-the finished bundle directory, stored atomically (copied under a temporary name, then renamed).
+the finished bundle directory, stored atomically (moved in under a temporary name, then renamed).
+A build works in a folder on the cache's filesystem (`workdir`), so storing its fresh bundle is
+a rename, not a copy: the one copy a build makes is the published one (hit.py).
 Location: $EDGEKIT_CACHE_DIR, else ~/.cache/edgekit.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,13 +32,30 @@ class BuildCache:
         entry = self.root / key
         return entry if (entry / MANIFEST).is_file() else None
 
+    def workdir(self) -> Path:
+        """A new private folder for a build, on the cache's filesystem (removed by the build;
+        one a killed build left is under <cache>/work). Where this user cannot write there (a
+        cache another user set up), the system's temporary folder: `store` then copies."""
+        try:
+            work = self.root.parent / "work"
+            work.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix="edgekit-build-", dir=work))
+        except OSError:
+            return Path(tempfile.mkdtemp(prefix="edgekit-build-"))
+
     def store(self, key: str, bundle_dir: Path, replace: bool = False) -> Path:
-        """Store a bundle under `key`; `replace` (a build that bypassed the cache) swaps out an
-        existing entry, so the fresh build is what gets published."""
+        """Store a bundle under `key`, consuming `bundle_dir` (moved in by rename when it is
+        on the cache's filesystem, as a build's `workdir` is; copied otherwise); `replace` (a
+        build that bypassed the cache) swaps out an existing entry, so the fresh build is what
+        gets published."""
         self.root.mkdir(parents=True, exist_ok=True)
         entry = self.root / key
         staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=self.root))
-        shutil.copytree(bundle_dir, staging, dirs_exist_ok=True)
+        try:
+            os.rename(bundle_dir, staging)        # staging is empty: rename replaces it
+        except OSError:                           # another filesystem
+            shutil.copytree(bundle_dir, staging, dirs_exist_ok=True)
+            shutil.rmtree(bundle_dir, ignore_errors=True)
         if replace and entry.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-old-", dir=self.root))
             entry.rename(old / "entry")

@@ -44,7 +44,7 @@ from pathlib import Path
 from edgekit.config.paths import cache_root
 from edgekit.config.profiles import Target, load_target
 from edgekit.config.recipe import Recipe, load_recipe
-from edgekit.models.bundle import TuningNote, load_bundle
+from edgekit.models.bundle import TuningNote
 from edgekit.pipeline.build_types import BuildOptions, BuildResult, Steer, default_out
 from edgekit.pipeline.cache import BuildCache, cache_key
 from edgekit.pipeline.hit import _publish, _write_tar, cache_slot
@@ -340,8 +340,7 @@ def hit_from_sources(options: BuildOptions) -> BuildResult | None:
     out = (options.out or default_out(recipe, target)).resolve()
     if options.private:
         out = Path(tempfile.mkdtemp(prefix="edgekit-bundle-")) / out.name
-    _publish(entry, out, record.tuning, True, record.key)
-    bundle = load_bundle(out)
+    bundle = _publish(entry, out, record.tuning, True, record.key)   # parsed, verified once
     tar = _write_tar(out) if options.tar else None
     return BuildResult(bundle=bundle, cached=True, seconds=time.perf_counter() - started,
                        stage_seconds={"source key": checked}, tar=tar)

@@ -88,6 +88,18 @@ def verify_bundle(directory: Path) -> str:
     return principal
 
 
+def own_principal() -> str:
+    """The principal allowed_signers gives the signing key: who signed what this host just
+    signed with `sign_bundle`."""
+    public = signing_key().with_name(signing_key().name + ".pub").read_text().split()
+    for line in trusted_signers().read_text().splitlines():
+        fields = line.split()
+        if len(public) > 1 and public[1] in fields and not line.lstrip().startswith("#"):
+            return fields[0]
+    raise ConfigError(f"the signing key is not in {allowed_signers_path()}",
+                      key="allowed_signers", hint="remove the file: edgekit writes it again")
+
+
 def signed_by_a_trusted_key(directory: Path) -> bool:
     """Whether `directory`'s manifest signature is by a key in allowed_signers (whether the
     manifest still matches it is verify_bundle's question)."""

@@ -147,3 +147,13 @@ def test_a_directory_where_the_signing_key_goes_is_a_config_error(home, tmp_path
     (home / "keys" / "bundle_ed25519").mkdir(parents=True)
     with pytest.raises(ConfigError, match="bundle_ed25519 is not a file"):
         sign_bundle(tiny_bundle(tmp_path / "b"))
+
+
+def test_the_principal_this_home_signs_as_is_the_one_verification_finds(signed, home):
+    # a build that records a tuning note signs the verified manifest again and names this
+    # principal without a second verification (toolchain/verified.py)
+    from edgekit.toolchain.signing import own_principal
+    assert own_principal() == verify_bundle(signed)
+    with (home / "allowed_signers").open("a") as f:
+        f.write('colleague namespaces="edgekit-bundle" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA\n')
+    assert own_principal() == verify_bundle(signed)
