@@ -139,15 +139,10 @@ def fleet_update(fleet_file: Path, recipe: Path, limit, canary, waves, concurren
     options = UpdateOptions(fleet=fleet_file, recipe=recipe, limit=limit, policy=overrides,
                             keep=keep, use_cache=not no_cache, cpu_fallback=cpu_fallback,
                             revalidate=revalidate, allow_downgrade=allow_downgrade)
-    if dry_run:   # --dry-run (cli/dry_run.py): the plan, read from the devices
+    if dry_run:   # the plan, read from the devices (cli/dry_run.py renders it)
         from edgekit.api.dry_run import fleet_update_dry_run
-        from edgekit.cli import dry_run as dry_runs
-        result = fleet_update_dry_run(options)
-        if as_json:
-            render.emit_json(dry_runs.as_json(result))
-        else:
-            dry_runs.fleet_plan(result)
-        return
+        from edgekit.cli.dry_run import fleet_plan, show_dry_run
+        return show_dry_run(fleet_update_dry_run(options), fleet_plan, as_json)
     result = update(options, on_event=_progress, html=html)
     _finish(result, as_json, html)
 
