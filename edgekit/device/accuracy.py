@@ -69,16 +69,9 @@ def check_determinism(conn: Transport, bundle: Bundle, release_dir: str, runtime
         for sample, golden in enumerate(goldens):
             out_dir = layout.validation_dir(m.app, scratch_token())
             try:
-                result = conn.run(["sh", f"{shims}/runs.sh", runtime, release_dir, out_dir,
-                                   "repeat", str(sample), str(repeat)],
-                                  check=False, timeout=RUN_TIMEOUT_S)
-                if result.returncode != 0:
-                    raise RemoteCommandFailed(
-                        f"the determinism gate's runs of sample {sample} failed on the device; "
-                        f"the release was not activated", where=conn.where,
-                        argv=["runs.sh", "repeat", str(sample), str(repeat)],
-                        returncode=result.returncode,
-                        stderr_tail=result.stderr[-2000:].decode(errors="replace"))
+                _runs(conn, shims, runtime, release_dir, out_dir,
+                      ["repeat", str(sample), str(repeat)],
+                      f"the determinism gate's runs of sample {sample}")
                 runs = [_fetch(conn, f"{out_dir}/{r}", Path(scratch) / f"{sample}-{r}",
                                bundle, golden) for r in range(repeat)]
             finally:
@@ -113,6 +106,18 @@ def _fetch(conn: Transport, remote: str, local: Path, bundle: Bundle,
     return arrays
 
 
+def _runs(conn: Transport, shims: str, runtime: str, release_dir: str, out_dir: str,
+          args: list[str], what: str) -> None:
+    """runs.sh on the device (one command, one process per run); a failure is the deploy's."""
+    result = conn.run(["sh", f"{shims}/runs.sh", runtime, release_dir, out_dir, *args],
+                      check=False, timeout=RUN_TIMEOUT_S)
+    if result.returncode != 0:
+        raise RemoteCommandFailed(f"{what} failed on the device; the release was not activated",
+                                  where=conn.where, argv=["runs.sh", *args[:1]],
+                                  returncode=result.returncode,
+                                  stderr_tail=result.stderr[-2000:].decode(errors="replace"))
+
+
 def _remove(conn: Transport, path: str) -> None:
     try:
         conn.run(["rm", "-rf", "--", path], check=False)
@@ -142,16 +147,10 @@ def check_dataset(conn: Transport, bundle: Bundle, release_dir: str, runtime: st
             count = min(BATCH, note.count - first)
             out_dir = layout.validation_dir(m.app, scratch_token())
             try:
-                result = conn.run(["sh", f"{shims}/runs.sh", runtime, release_dir, out_dir,
-                                   "dataset", f"{release_dir}/golden", str(first), str(count),
-                                   str(note.inputs)], check=False, timeout=RUN_TIMEOUT_S)
-                if result.returncode != 0:
-                    raise RemoteCommandFailed(
-                        f"the dataset gate's samples {first}..{first + count - 1} failed on "
-                        f"the device; the release was not activated", where=conn.where,
-                        argv=["runs.sh", "dataset", str(first), str(count)],
-                        returncode=result.returncode,
-                        stderr_tail=result.stderr[-2000:].decode(errors="replace"))
+                _runs(conn, shims, runtime, release_dir, out_dir,
+                      ["dataset", f"{release_dir}/golden", str(first), str(count),
+                       str(note.inputs)],
+                      f"the dataset gate's samples {first}..{first + count - 1}")
                 for i in range(first, first + count):
                     outputs.append(_fetch_sized(conn, f"{out_dir}/{i}",
                                                 Path(scratch) / str(i), bundle, caps))

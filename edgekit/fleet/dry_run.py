@@ -9,16 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.config.fleet import FleetDevice, RolloutPolicy, load_fleet
+from edgekit.config.fleet import FleetDevice, RolloutPolicy
 from edgekit.config.profiles import load_target
-from edgekit.config.recipe import load_recipe
 from edgekit.device import layout
 from edgekit.device.deploy import (DeployPlan, DeployPolicy, expected_sums, plan_deploy,
                                    preflight_target, release_id)
 from edgekit.device.provision import shim_version
 from edgekit.device.releases import live_release
-from edgekit.errors import ConfigError, EdgekitError
-from edgekit.fleet.rollout import SHARED_CPUS_NOTE, UpdateOptions, merged_hooks
+from edgekit.errors import EdgekitError
+from edgekit.fleet.rollout import SHARED_CPUS_NOTE, UpdateOptions, merged_hooks, update_inputs
 from edgekit.fleet.waves import plan_waves
 from edgekit.toolchain.verified import VerifiedBundle
 from edgekit.transport import open_device
@@ -58,12 +57,7 @@ PlanBuild = Callable[[str], tuple[str, VerifiedBundle | None]]
 
 def plan_update(options: UpdateOptions, plan_build: PlanBuild) -> FleetDryRun:
     """Every device's part of `fleet update` with these options, in its wave."""
-    fleet = load_fleet(options.fleet).select(options.limit)
-    recipe = load_recipe(options.recipe)
-    try:
-        policy = RolloutPolicy.model_validate({**fleet.rollout.model_dump(), **options.policy})
-    except ValueError as exc:
-        raise ConfigError(f"invalid rollout option: {exc}", key="rollout") from None
+    fleet, recipe, policy = update_inputs(options)
     waves = plan_waves(fleet.devices, lambda d: d.target, policy.canary, policy.waves)
     builds, bundles = [], {}
     for target in dict.fromkeys(d.target for d in fleet.devices):

@@ -89,15 +89,22 @@ Progress = Callable[[RolloutEvent], None]
 BuildFor = Callable[[str], Bundle]
 
 
-def update(options: UpdateOptions, build_for: BuildFor,
-           on_event: Progress | None = None) -> FleetResult:
-    """Plan the rollout (one `build_for` per target profile), journal the plan, then run it."""
+def update_inputs(options: UpdateOptions):
+    """(the fleet's selected devices, the recipe, the rollout policy with the command line's
+    overrides) — what an update, or its dry run, starts from."""
     fleet = load_fleet(options.fleet).select(options.limit)
     recipe = load_recipe(options.recipe)
     try:
         policy = RolloutPolicy.model_validate({**fleet.rollout.model_dump(), **options.policy})
     except ValueError as exc:
         raise ConfigError(f"invalid rollout option: {exc}", key="rollout") from None
+    return fleet, recipe, policy
+
+
+def update(options: UpdateOptions, build_for: BuildFor,
+           on_event: Progress | None = None) -> FleetResult:
+    """Plan the rollout (one `build_for` per target profile), journal the plan, then run it."""
+    fleet, recipe, policy = update_inputs(options)
     hooks = merged_hooks(recipe, fleet)
     now = datetime.datetime.now(datetime.timezone.utc)
     rollout_id = f"{safe_name(recipe.name, 'app')}-{now:%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
