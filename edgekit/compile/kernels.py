@@ -35,6 +35,7 @@ _A64_BRANCH = re.compile(r"^(b|b\.\w+|cbn?z|tbn?z)$")
 _X86_BRANCH = re.compile(r"^j\w+$")
 _VEC_LANES = re.compile(r"\bv\d+\.(\d+)([bhsd])\b")
 _SCALAR_FP = re.compile(r"^\s*[hsd]\d+\b")
+_A64_EXTENSIONS = "+neon,+dotprod,+i8mm,+fullfp16,+bf16"
 _COMMENT = re.compile(r"\s*(//|#|<).*$")
 
 
@@ -93,13 +94,15 @@ def tool(name: str) -> str:
                       hint="install Debian's LLVM: apt-get install llvm")
 
 
-def disassemble(elf: bytes) -> dict[str, list[Instruction]]:
+def disassemble(elf: bytes, arch: str = "aarch64") -> dict[str, list[Instruction]]:
     """Function name → its instructions. IREE strips the symbol table but keeps DWARF: each
-    DW_TAG_subprogram's [low_pc, high_pc) names a slice of llvm-objdump's `.text`."""
+    DW_TAG_subprogram's [low_pc, high_pc) names a slice of llvm-objdump's `.text`. aarch64's
+    optional extensions are decoded only when named (LLVM 14 shows sdot as `<unknown>`)."""
+    mattr = [f"--mattr={_A64_EXTENSIONS}"] if arch == "aarch64" else []
     with tempfile.NamedTemporaryFile(suffix=".so") as f:
         f.write(elf)
         f.flush()
-        text = subprocess.run([tool("llvm-objdump"), "-d", "--no-show-raw-insn", f.name],
+        text = subprocess.run([tool("llvm-objdump"), "-d", "--no-show-raw-insn", *mattr, f.name],
                               capture_output=True, text=True, check=True, timeout=300).stdout
         dwarf = subprocess.run([tool("llvm-dwarfdump"), "--debug-info", f.name],
                                capture_output=True, text=True, check=True, timeout=300).stdout
@@ -150,6 +153,8 @@ def census(instructions: list[Instruction], arch: str) -> dict[str, int]:
     counts: Counter[str] = Counter(instructions=len(instructions))
     for ins in instructions:
         mn, ops = ins.mnemonic, ins.operands
+        if mn == "<unknown>":
+            counts["undecoded"] += 1
         if arch == "aarch64":
             lanes = _VEC_LANES.search(ops)
             if mn in ("fmla", "fmls") and lanes:
@@ -190,7 +195,7 @@ def mca_estimate(instructions: list[Instruction], arch: str, cpu: str) -> tuple[
     mca = tool("llvm-mca")
     version = re.search(r"-(\d+)$", mca)
     label = f"llvm-mca{' ' + version.group(1) if version else ''} -mcpu={cpu}, an estimate"
-    attrs = "+neon,+dotprod,+i8mm,+fullfp16" if arch == "aarch64" else ""
+    attrs = _A64_EXTENSIONS if arch == "aarch64" else ""
     run = subprocess.run([mca, f"-mtriple={triple}", f"-mcpu={cpu}",
                           *([f"-mattr={attrs}"] if attrs else []), "-iterations=100"],
                          input="\n".join(lines) + "\n", capture_output=True, text=True,
@@ -218,7 +223,7 @@ def kernel_reports(module: Path, cpu: str | None, top: int | None = None,
     arch = objects[0][0]
     functions: list[tuple[str, list[Instruction]]] = []
     for _, elf in objects:
-        functions += [(name, body) for name, body in disassemble(elf).items()
+        functions += [(name, body) for name, body in disassemble(elf, arch).items()
                       if body and "dispatch" in name]
     functions.sort(key=lambda f: f[1][-1].address - f[1][0].address, reverse=True)
     mca_cpu = cpu if cpu and cpu != "host" else ("generic" if arch == "aarch64" else "native")
