@@ -4,7 +4,6 @@ hot loops of the small CNN's dispatches are made of, read from the modules with 
 
 import json
 
-import pytest
 
 from edgekit.api.inspect import kernels
 from edgekit import BuildOptions, build
