@@ -87,14 +87,17 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
     call = g.call_function
     with g.inserting_before(conv):
         x = call(aten.permute.default, (xq, [0, 2, 3, 1]))
-        if ph or pw:
-            # the zero point is a Python number in PT2E's per-tensor ops
-            x = call(aten.constant_pad_nd.default, (x, [0, 0, pw, pw, ph, ph], x_zp))
-        taps = [call(aten.slice.Tensor, (call(aten.slice.Tensor,
-                                              (x, 1, i, i + sh * (oh - 1) + 1, sh)),
-                                         2, j, j + sw * (ow - 1) + 1, sw))
-                for i in range(kh) for j in range(kw)]
-        cols = call(aten.cat.default, (taps, 3)) if len(taps) > 1 else taps[0]
+        if n == 1:
+            cols = _gathered(gm, conv, x, x_zp, (h, w, c), (kh, kw), (sh, sw), (ph, pw))
+        else:
+            if ph or pw:
+                # the zero point is a Python number in PT2E's per-tensor ops
+                x = call(aten.constant_pad_nd.default, (x, [0, 0, pw, pw, ph, ph], x_zp))
+            taps = [call(aten.slice.Tensor, (call(aten.slice.Tensor,
+                                                  (x, 1, i, i + sh * (oh - 1) + 1, sh)),
+                                             2, j, j + sw * (ow - 1) + 1, sw))
+                    for i in range(kh) for j in range(kw)]
+            cols = call(aten.cat.default, (taps, 3)) if len(taps) > 1 else taps[0]
         cols = call(aten.reshape.default, (cols, [n * oh * ow, kh * kw * cin]))
         dq_cols = call(q.dequantize_per_tensor.default,
                        (cols, x_scale, x_zp, x_min, x_max, x_dtype))
@@ -107,3 +110,27 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
         out = call(aten.permute.default, (out, [0, 3, 1, 2]))
     conv.replace_all_uses_with(out)
     g.erase_node(conv)
+
+
+def _gathered(gm, conv, x, zp, hwc, kernel, stride, padding):
+    """One image's patches as ONE gather of pixel rows: the channels-last pixels as rows
+    (h·w, c) plus a row of zero points for the padding, indexed by a constant. Unlike pad +
+    slices + concatenation (a copy dispatch per tap), the rows stay 2-D, so IREE cancels the
+    previous layer's reshape into NCHW against this one's and keeps its matmul a matmul (a
+    4-D output would make it a 'matmul_like' contraction that data tiling skips)."""
+    aten = torch.ops.aten
+    (h, w, c), (kh, kw), (sh, sw), (ph, pw) = hwc, kernel, stride, padding
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    oy, ox, i, j = torch.meshgrid(torch.arange(oh), torch.arange(ow), torch.arange(kh),
+                                  torch.arange(kw), indexing="ij")
+    y, xx = oy * sh - ph + i, ox * sw - pw + j
+    inside = (y >= 0) & (y < h) & (xx >= 0) & (xx < w)
+    index = torch.where(inside, y * w + xx, torch.full_like(y, h * w)).reshape(-1)
+    name = f"_edgekit_im2col_{conv.name}"
+    gm.register_buffer(name, index.contiguous())
+    g = gm.graph
+    rows = g.call_function(aten.reshape.default, (x, [h * w, c]))
+    pad = g.call_function(aten.full.default, ([1, c], zp),
+                          {"dtype": conv.args[0].args[5]})
+    rows = g.call_function(aten.cat.default, ([rows, pad], 0))
+    return g.call_function(aten.index_select.default, (rows, 0, g.get_attr(name)))
