@@ -16,7 +16,8 @@ INT8 = CNN + f'quantize: {{mode: int8, calibration: "{MODELS}:small_cnn_calibrat
 
 def contractions(found) -> list:
     """The dispatches that multiply (convolutions, matmuls), not copies or reductions."""
-    return [d for d in found.dispatches if any(k in d.function for k in ("conv", "matmul"))]
+    return [d for d in found.dispatches
+            if any(k in d.function for k in ("conv", "matmul", "matvec"))]
 
 
 def dot_products(census: dict) -> int:
@@ -47,8 +48,9 @@ def test_rpi5_int8_matmuls_run_on_sdot_where_direct_convolutions_do_not(write_re
     found = kernels(bundle.path)
     assert found.cpu == "cortex-a76"
     integer = [d for d in contractions(found) if "i8xi8xi32" in d.function]
-    assert integer and any(dot_products(d.census) for d in integer), \
-        [(d.function, d.census) for d in integer]
+    assert len(integer) == 5, [d.function for d in integer]    # 4 convolutions + the head
+    assert all(dot_products(d.census) for d in integer), [(d.function, d.census)
+                                                          for d in integer]
     # IREE's own lowering of the same int8 convolutions (the profile's rewrite left out):
     # widening multiply-accumulates (smlal), no dot product anywhere in their hot loops
     plain = tmp_path / "rpi5-plain.yaml"
