@@ -67,3 +67,34 @@ def test_inspect_refuses_a_module_without_cpu_code(tmp_path):
     run = edgekit("inspect", str(tmp_path), "--kernels")
     assert run.returncode != 0 and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) <= 3, run.stderr
+
+
+def test_the_int8_im2col_rewrite_computes_what_the_quantized_model_does(write_recipe, tmp_path):
+    import numpy as np
+    import torch
+
+    from edgekit import validate_local
+    from edgekit.config.recipe import load_recipe
+    from edgekit.pipeline.frontends.registry import frontend_for
+    from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
+    recipe = load_recipe(write_recipe(INT8))
+    frontend = frontend_for(recipe.model)
+    quantized = frontend.quantize(recipe, frontend.export(recipe, frontend.load(recipe))).program
+    rewritten, count, total = int8_convs_as_matmul(quantized)
+    assert (count, total) == (4, 4)
+    names = {str(n.target) for n in rewritten.graph.nodes}
+    assert "aten.conv2d.default" not in names and "aten.index_select.default" in names
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((2, 1, 3, 32, 32),
+                                                                    dtype=np.float32))
+    for sample in x:          # integer arithmetic: the same values, not merely close ones
+        assert torch.equal(quantized.module()(sample), rewritten.module()(sample))
+    # on this machine (x86): the module with the rewrite validates against the golden outputs
+    path = write_recipe(INT8 + "compile: {flags: [--edgekit-int8-convs-as-matmul=on, "
+                               "--iree-opt-data-tiling]}\n", "host.yaml")
+    bundle = build(BuildOptions(recipe=path, target="host", out=tmp_path / "host",
+                                use_tuned=False)).bundle
+    assert bundle.manifest.quantization.contractions.integer == 5
+    assert validate_local(bundle.path).ok
+    census = kernels(bundle.path).dispatches
+    assert any(k.startswith("vnni") for d in census for k in d.census), \
+        [(d.function, d.census) for d in census]
