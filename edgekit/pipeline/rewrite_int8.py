@@ -133,4 +133,9 @@ def _gathered(gm, conv, x, zp, hwc, kernel, stride, padding):
     pad = g.call_function(aten.full.default, ([1, c], zp),
                           {"dtype": conv.args[0].args[5]})
     rows = g.call_function(aten.cat.default, ([rows, pad], 0))
-    return g.call_function(aten.index_select.default, (rows, 0, g.get_attr(name)))
+    if c % 4:
+        return g.call_function(aten.index_select.default, (rows, 0, g.get_attr(name)))
+    # four channels per int32: IREE copies a gathered row element by element
+    words = g.call_function(aten.view.dtype, (rows, torch.int32))
+    picked = g.call_function(aten.index_select.default, (words, 0, g.get_attr(name)))
+    return g.call_function(aten.view.dtype, (picked, torch.int8))
