@@ -85,8 +85,15 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
     g = gm.graph
     call = g.call_function
+    # one image, channels not a multiple of 4 (an RGB input): pad them with the activation's
+    # zero point and the weights with 0 (symmetric weights: dequantizes to 0), so the gather
+    # moves whole int32 words
+    extra = (-c) % 4 if n == 1 and _zeros(gm, w_zps) else 0
     with g.inserting_before(conv):
         x = call(aten.permute.default, (xq, [0, 2, 3, 1]))
+        if extra:
+            x = call(aten.constant_pad_nd.default, (x, [0, extra], x_zp))
+            c = cin = c + extra
         if n == 1:
             cols = _gathered(gm, conv, x, x_zp, (h, w, c), (kh, kw), (sh, sw), (ph, pw))
         else:
@@ -101,8 +108,10 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
         cols = call(aten.reshape.default, (cols, [n * oh * ow, kh * kw * cin]))
         dq_cols = call(q.dequantize_per_tensor.default,
                        (cols, x_scale, x_zp, x_min, x_max, x_dtype))
-        w2 = call(aten.reshape.default,
-                  (call(aten.permute.default, (wq, [0, 2, 3, 1])), [cout, kh * kw * cin]))
+        wt = call(aten.permute.default, (wq, [0, 2, 3, 1]))
+        if extra:
+            wt = call(aten.constant_pad_nd.default, (wt, [0, extra], 0))
+        w2 = call(aten.reshape.default, (wt, [cout, kh * kw * cin]))
         dq_w2 = call(q.dequantize_per_channel.default,
                      (w2, w_scales, w_zps, 0, w_min, w_max, w_dtype))
         out = call(aten.linear.default, (dq_cols, dq_w2, bias))
@@ -110,6 +119,16 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
         out = call(aten.permute.default, (out, [0, 3, 1, 2]))
     conv.replace_all_uses_with(out)
     g.erase_node(conv)
+
+
+def _zeros(gm, node) -> bool:
+    """Whether a per-channel zero-point operand is a stored all-zero tensor."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
+        return False
+    value = gm
+    for part in str(node.target).split("."):
+        value = getattr(value, part, None)
+    return isinstance(value, torch.Tensor) and not bool(value.any())
 
 
 def _gathered(gm, conv, x, zp, hwc, kernel, stride, padding):
