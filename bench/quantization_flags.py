@@ -72,7 +72,8 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="edgekit-qbench-"))
     profile = work / "host-plain.yaml"
-    profile.write_text("extends: host\nquantize_flags: {}\n")
+    # every mode named: `extends` merges quantize_flags per mode, so `{}` would keep host's
+    profile.write_text("extends: host\nquantize_flags: {int8: [], int8-weights: [], fp16: []}\n")
     rows = []
     for model in args.models.split(","):
         module, example = getattr(examples, model)()
