@@ -80,8 +80,9 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
     if options.get("int8-convs-as-matmul") == "on" and quantized:
         from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
         program, rewritten, total = int8_convs_as_matmul(program)
-        notes.append(f"{rewritten} of {total} int8 convolutions as int8 im2col + integer "
-                     f"matmul ({PREFIX}int8-convs-as-matmul=on)")
+        if total:                     # a model without convolutions: nothing to say
+            notes.append(f"{rewritten} of {total} int8 convolutions as int8 im2col + "
+                         f"integer matmul ({PREFIX}int8-convs-as-matmul=on)")
     min_rows = options.get("softmax-by-columns")
     if min_rows is not None:
         softmax = {torch.ops.aten.softmax.int: softmax_by_columns(min_rows)}
