@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(mesa-vulkan-drivers libvulkan1 vulkan-tools openssh-server openssh-client
               qemu-user-static binfmt-support mmdebstrap uidmap chromium procps
-              mender-artifact mender-client nginx curl)
+              mender-artifact mender-client nginx curl
+              llvm)  # llvm-objdump, llvm-dwarfdump, llvm-mca: `edgekit inspect --kernels`
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

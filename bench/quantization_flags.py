@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_latency import iree_runner, ort_runner, time_interleaved  # noqa: E402
+from host_latency import iree_runner, ort_model_runner, ort_runner, time_interleaved  # noqa: E402
 
 from edgekit.errors import EdgekitError  # noqa: E402
 from edgekit.examples import models as examples  # noqa: E402
@@ -38,7 +38,11 @@ FLAG_SETS = {
     "im2col": ["--iree-global-opt-use-im2col-for-convs"],
     "data-tiling": ["--iree-opt-data-tiling"],
     "im2col+data-tiling": ["--iree-global-opt-use-im2col-for-convs", "--iree-opt-data-tiling"],
+    # edgekit's int8 im2col + integer matmul (pipeline/rewrite_int8.py; int8 builds only)
+    "int8-convs-as-matmul+data-tiling": ["--edgekit-int8-convs-as-matmul=on",
+                                         "--iree-opt-data-tiling"],
 }
+INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
 MODES = ("fp32", "int8", "fp16")
 
 
@@ -61,18 +65,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--budget", type=float, default=6.0, help="seconds of timing per model")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--sets", default=",".join(FLAG_SETS), help="flag sets, by name")
+    parser.add_argument("--qdq", action="store_true",
+                        help="also time onnxruntime running its own QDQ int8 model")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="edgekit-qbench-"))
     profile = work / "host-plain.yaml"
-    profile.write_text("extends: host\nquantize_flags: {}\n")
+    # every mode named: `extends` merges quantize_flags per mode, so `{}` would keep host's
+    profile.write_text("extends: host\nquantize_flags: {int8: [], int8-weights: [], fp16: []}\n")
     rows = []
     for model in args.models.split(","):
         module, example = getattr(examples, model)()
         inputs = [t.numpy() for t in example]
         runners = {"onnxruntime fp32": ort_runner(module, inputs, 1)}
+        if args.qdq:
+            from edgekit.examples.onnx_quantized import export_quantized
+            qdq = export_quantized(work, model, INPUT_NAMES[model])["QDQ"]
+            runners["onnxruntime QDQ int8"] = ort_model_runner(qdq.read_bytes(),
+                                                               [INPUT_NAMES[model]], inputs, 1)
         refused = {}
-        for mode in MODES:
-            for name, flags in FLAG_SETS.items():
+        for mode in args.modes.split(","):
+            for name in args.sets.split(","):
+                flags = FLAG_SETS[name]
+                if name.startswith("int8-") and mode != "int8":
+                    continue
                 key = f"{mode} {name}"
                 try:
                     bundle = build(BuildOptions(recipe=recipe_for(model, mode, flags, work),
@@ -84,16 +101,24 @@ def main() -> None:
                 runners[key] = iree_runner(bundle.module, inputs, 1)
         timed = time_interleaved(runners, args.rounds, args.budget)
         ort = timed["onnxruntime fp32"]["median_ms"]
+        fp32 = timed.get("fp32 data-tiling", timed.get("fp32 none", {})).get("median_ms")
+        qdq_ms = timed.get("onnxruntime QDQ int8", {}).get("median_ms")
         for key, t in timed.items():
             rows.append({"model": model, "variant": key, "ms": t["median_ms"],
-                         "vs_ort": t["median_ms"] / ort})
+                         "spread_ms": t["spread_ms"], "vs_ort": t["median_ms"] / ort,
+                         "vs_own_fp32": t["median_ms"] / fp32 if fp32 else None,
+                         "vs_ort_qdq": t["median_ms"] / qdq_ms if qdq_ms else None})
         rows += [{"model": model, "variant": k, "refused": why} for k, why in refused.items()]
-    print("\n| model | variant | ms | vs onnxruntime fp32 |\n|---|---|---|---|")
+    print("\n| model | variant | ms (round spread) | vs onnxruntime fp32 | vs own fp32 "
+          "(data-tiling, else none) | vs onnxruntime QDQ |\n|---|---|---|---|---|---|")
+    ratio = lambda v: f"{v:.2f}×" if v is not None else "–"  # noqa: E731
     for r in rows:
         if "refused" in r:
-            print(f"| {r['model']} | {r['variant']} | refused | {r['refused']} |")
+            print(f"| {r['model']} | {r['variant']} | refused | {r['refused']} | | |")
         else:
-            print(f"| {r['model']} | {r['variant']} | {r['ms']:.4f} | {r['vs_ort']:.2f}× |")
+            print(f"| {r['model']} | {r['variant']} | {r['ms']:.4f} ({r['spread_ms']:.4f}) | "
+                  f"{ratio(r['vs_ort'])} | {ratio(r['vs_own_fp32'])} | "
+                  f"{ratio(r['vs_ort_qdq'])} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -54,6 +54,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "Write a bundle in the format of another update engine."),
     "fleet": ("edgekit.cli.fleet:fleet",
               "Roll a model out to a fleet in waves, gated on numerics and latency."),
+    "inspect": ("edgekit.cli.inspect:inspect",
+                "What instructions a CPU bundle's dispatches run: each one's hot loop, counted, "
+                "with llvm-mca's estimate of its cycles per iteration."),
     "lab": ("edgekit.cli.lab:lab",
             "Emulated devices: real sshd on 127.0.0.x (x86_64 with llvmpipe; aarch64 under "
             "qemu)."),

@@ -14,6 +14,9 @@ OPTIONS = {"convs-as-matmul": "max output pixels (an integer >= 1)",
            "im2col-convs": "all, or convolution indices from 0 (e.g. 0,3,5-9)",
            "fold-batchnorm": "on (fold eval-mode BatchNorm into the convolution before it)",
            "pointwise-as-matmul": "on (1x1 convolutions as channels-last matmuls)",
+           # int8 builds: quantized convolutions as int8 im2col + integer matmul, which data
+           # tiling puts on dot-product instructions (pipeline/rewrite_int8.py)
+           "int8-convs-as-matmul": "on (int8 convolutions as integer im2col + matmul)",
            # per-dispatch configurations `edgekit tune` found (tune/dispatch_configs.py), by
            # the sha256 of their content: the digest, not a path, enters the build key
            "dispatch-configs": "sha256 of a tuned dispatch configuration set (64 hex digits)"}
@@ -22,6 +25,7 @@ _VALID = {**{name: lambda v: v.isdigit() and int(v) >= 1 for name in _INTEGER},
           "im2col-convs": lambda v: v == "all" or _SELECTION.fullmatch(v) is not None,
           "fold-batchnorm": lambda v: v == "on",
           "pointwise-as-matmul": lambda v: v == "on",
+          "int8-convs-as-matmul": lambda v: v == "on",
           "dispatch-configs": lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None}
 
 _SELECTION = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")

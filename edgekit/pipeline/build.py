@@ -19,7 +19,7 @@ from pathlib import Path
 
 from edgekit.config.recipe import Recipe
 from edgekit.config.profiles import Target, load_target
-from edgekit.config.edgekit_flags import parse_edgekit_flags
+from edgekit.config.edgekit_flags import PREFIX, parse_edgekit_flags
 from edgekit.errors import BundleError
 from edgekit.models.bundle import MANIFEST, Bundle, load_bundle, sha256_file
 # the options and results live in a torch-free module (a source-keyed hit imports no toolchain);
@@ -61,7 +61,8 @@ FRONT: tuple[Stage[Recipe], ...] = (
 )
 BACK: tuple[Stage[BackContext], ...] = (
     Stage("rewrite", ExportedModel, ExportedModel,
-          lambda ctx, exported: exported.frontend.rewrite(exported, ctx.flags)),
+          lambda ctx, exported: exported.frontend.rewrite(exported,
+                                                          rewrite_flags(ctx, exported))),
     Stage("import", ExportedModel, ImportedModule,
           lambda ctx, exported: import_module(exported, ctx.reproducer_dir)),
     Stage("lower+compile", ImportedModule, CompiledModule,
@@ -76,6 +77,17 @@ BACK: tuple[Stage[BackContext], ...] = (
           lambda ctx, compiled: package_bundle(
               compiled, ctx.identity(compiled.quantization), ctx.target, ctx.bundle_dir)),
 )
+
+
+def rewrite_flags(ctx: BackContext, exported: ExportedModel) -> tuple[str, ...]:
+    """The recipe's (or tuned) flags after the profile's `--edgekit-…` ones for the model's
+    quantization mode (rpi5's int8: `--edgekit-int8-convs-as-matmul=on`)."""
+    mode = exported.quantization.mode if exported.quantization else None
+    own = tuple(f for f in ctx.target.quantize_flags.get(mode, ()) if f.startswith(PREFIX)) \
+        if mode else ()
+    return (*own, *ctx.flags)
+
+
 check_plan(FRONT, Recipe, ExportedModel)
 check_plan(BACK, ExportedModel, Bundle)
 

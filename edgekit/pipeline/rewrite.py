@@ -31,6 +31,8 @@ MobileNetV2-like (AVX-512, 1 thread, HAL profile, without data tiling): its expa
 convolution's weight and bias (w·γ/√(σ²+ε), (b−μ)·γ/√(σ²+ε)+β), so no per-channel scale and
 shift is left to compute at run time.
 
+`--edgekit-int8-convs-as-matmul=on` (int8 builds only): pipeline/rewrite_int8.py.
+
 `--edgekit-softmax-by-columns=N`: a last-dimension softmax with at least N rows computed over
 its transpose (pipeline/rewrite_softmax.py says why and what it measured).
 """
@@ -74,6 +76,13 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
                                                           ("pointwise-as-matmul", pointwise))
                         if v is not None)
         notes.append(f"{rewritten} of {before} convolutions as im2col + matmul ({how})")
+    quantized = exported.quantization is not None and exported.quantization.mode == "int8"
+    if options.get("int8-convs-as-matmul") == "on" and quantized:
+        from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
+        program, rewritten, total = int8_convs_as_matmul(program)
+        if total:                     # a model without convolutions: nothing to say
+            notes.append(f"{rewritten} of {total} int8 convolutions as int8 im2col + "
+                         f"integer matmul ({PREFIX}int8-convs-as-matmul=on)")
     min_rows = options.get("softmax-by-columns")
     if min_rows is not None:
         softmax = {torch.ops.aten.softmax.int: softmax_by_columns(min_rows)}

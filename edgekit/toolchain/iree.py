@@ -53,7 +53,7 @@ def compile_flags(target: Target, lowering: str, extra: tuple[str, ...] = (),
     mode_flags: tuple[str, ...] = ()
     if quantize_mode:
         mode_flags = (*MODE_FLAGS.get(quantize_mode, ()),
-                      *target.quantize_flags.get(quantize_mode, ()))
+                      *without_edgekit_flags(target.quantize_flags.get(quantize_mode, ())))
     return (f"--iree-input-type={input_type}", *target_flags(target), *mode_flags,
             *without_edgekit_flags(extra), *dispatch_config_flags(extra))
 
