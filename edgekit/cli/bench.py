@@ -27,7 +27,8 @@ def bench() -> None:
     "edgekit bench --lab --bundle build/kws-mlp-host --threads 1,2 --rounds 3"))
 @click.argument("hosts", nargs=-1, shell_complete=complete.devices)
 @click.option("--lab", "all_lab", is_flag=True, help="every running lab device")
-@click.option("--app", help="bench the app's current release")
+@click.option("--app", help="bench the app's current release",
+              shell_complete=complete.apps)
 @click.option("--bundle", type=click.Path(path_type=Path), help="deploy this bundle, bench it")
 @click.option("--threads", help="comma-separated, e.g. 1,2,4 [default: the bundle's tuned "
               "configuration (driver and thread count), 1 when untuned]")
@@ -108,7 +109,8 @@ def bench_compare(ids: tuple[str, ...], force: bool, as_json: bool) -> None:
 @bench.command("history", epilog=examples(
     "edgekit bench history --app kws-mlp",
     "edgekit bench history --json"))
-@click.option("--app", help="only this app")
+@click.option("--app", help="only this app",
+              shell_complete=complete.apps)
 @JSON
 @WIDE
 @handle_errors
@@ -126,7 +128,8 @@ def bench_history(app: str | None, as_json: bool) -> None:
 @bench.command("report", epilog=examples(
     "edgekit bench report --html bench.html",
     "edgekit bench report --app kws-mlp --html kws.html"))
-@click.option("--app", help="only this app")
+@click.option("--app", help="only this app",
+              shell_complete=complete.apps)
 @click.option("--html", type=click.Path(path_type=Path), required=True)
 @JSON
 @handle_errors

@@ -1,4 +1,5 @@
-"""Shell completion of the names users type: target profiles, registered devices, recipes.
+"""Shell completion of the names users type: target profiles, registered devices, recipes,
+apps.
 
 click asks these while the shell completes (`_EDGEKIT_COMPLETE=…_complete`, set by the script
 `edgekit completion SHELL` prints). Each reads a directory listing or the device registry,
@@ -56,3 +57,23 @@ def recipes(ctx, param, incomplete: str) -> list[CompletionItem]:
         found += [CompletionItem(str(path)) for path in shipped
                   if str(path).startswith(incomplete)]
     return found
+
+
+BUNDLES_LOOKED_AT = 256     # ./build folders read for app names, at most
+
+
+def apps(ctx, param, incomplete: str) -> list[CompletionItem]:
+    """App names of the bundles built here (`./build/*/manifest.json`'s `app`): the name a
+    `--app` asks for is the recipe's, which is what `edgekit build` put there."""
+    import itertools
+    import json
+    from pathlib import Path
+    names = set()
+    for manifest in itertools.islice(Path("build").glob("*/manifest.json"), BUNDLES_LOOKED_AT):
+        try:
+            app = json.loads(manifest.read_text()).get("app")
+        except Exception:  # noqa: BLE001 — completion must never break the shell's line
+            continue
+        if isinstance(app, str) and app.startswith(incomplete):
+            names.add(app)
+    return [CompletionItem(name) for name in sorted(names)]

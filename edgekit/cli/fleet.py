@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from edgekit.cli import render
+from edgekit.cli import complete, render
 from edgekit.cli.common import JSON, WIDE, examples, handle_errors
 from edgekit.cli.dry_run import DRY_RUN_HELP
 
@@ -182,7 +182,8 @@ def fleet_report(rollout: str | None, html: Path | None, as_json: bool) -> None:
 @click.option("--channel", "channel_source",
               help="instead of --fleet: the reports of a release channel's devices (its "
                    "folder DIR/NAME or URL)")
-@click.option("--app", help="app name [default: the --recipe's name]")
+@click.option("--app", help="app name [default: the --recipe's name]",
+              shell_complete=complete.apps)
 @click.option("--recipe", type=click.Path(path_type=Path), help="recipe YAML (for its name)")
 @click.option("--limit", help="only these devices: a device or group name, or label=value")
 @JSON

@@ -17,7 +17,8 @@ from edgekit.cli.dry_run import DRY_RUN_HELP, show_dry_run
     "edgekit releases pi@192.0.2.10 --app kws-mlp",
     "edgekit releases lab-x86_64-1 --app kws-mlp --json"))
 @click.argument("host", shell_complete=complete.devices)
-@click.option("--app", required=True, help="app name (the recipe's name)")
+@click.option("--app", required=True, help="app name (the recipe's name)",
+              shell_complete=complete.apps)
 @IDENTITY
 @JSON
 @WIDE
@@ -40,7 +41,8 @@ def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
     "edgekit rollback lab-aarch64-1 --app kws-mlp --to RELEASE  # see `releases`",
     "edgekit rollback lab-aarch64-1 --app kws-mlp --dry-run"))
 @click.argument("host", shell_complete=complete.devices)
-@click.option("--app", required=True, help="app name (the recipe's name)")
+@click.option("--app", required=True, help="app name (the recipe's name)",
+              shell_complete=complete.apps)
 @click.option("--to", "to", help="release id [default: the one activated before current]")
 @IDENTITY
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)

@@ -73,3 +73,16 @@ def test_target_names_complete_and_a_path_is_left_to_the_shell():
 def test_recipe_paths_complete_with_the_shipped_examples():
     shipped = str(recipes_dir() / "kws")
     assert completions("build", "--recipe", shipped) == [str(recipes_dir() / "kws_mlp.yaml")]
+
+
+def test_app_names_complete_from_the_bundles_built_here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for folder, app in [("kws-mlp-rpi4", "kws-mlp"), ("kws-mlp-host", "kws-mlp"),
+                        ("mobilenet-v2-host", "mobilenet-v2")]:
+        (tmp_path / "build" / folder).mkdir(parents=True)
+        (tmp_path / "build" / folder / "manifest.json").write_text(f'{{"app": "{app}"}}')
+    (tmp_path / "build" / "broken").mkdir()
+    (tmp_path / "build" / "broken" / "manifest.json").write_text("{not json")
+    assert completions("releases", "pi-1", "--app", "k") == ["kws-mlp"]
+    assert completions("bench", "history", "--app", "") == ["kws-mlp", "mobilenet-v2"]
+    assert completions("fleet", "status", "--app", "m") == ["mobilenet-v2"]
