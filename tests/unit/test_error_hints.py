@@ -143,7 +143,7 @@ def test_ctrl_c_while_connecting_exits_130_in_one_line_and_nothing_changed(tmp_p
         assert proc.stderr.readline().startswith("edgekit: connecting to u@127.0.0.1:")
         proc.send_signal(signal.SIGINT)
         rest = proc.stderr.read()
-        assert proc.wait(timeout=30) == 130
+        assert proc.wait(timeout=30) == 130, rest
     finally:
         proc.kill()
         server.close()
