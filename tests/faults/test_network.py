@@ -42,12 +42,18 @@ MIDWAY = 400_000   # upstream bytes: past the handshake and preflight, inside th
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory) -> dict[str, Path]:
-    """Three releases of one app (other seeds: other weights)."""
+    """Three releases of one app with other weights: each has its own 1 MB module, which an
+    upload must send (a file another release on the device holds is copied there instead)."""
     folder = tmp_path_factory.mktemp("network-bundles")
     paths = {}
     for seed in (0, 1, 2):
+        (folder / f"kws_{seed}.py").write_text(
+            "import torch\nfrom edgekit.examples.models import KeywordSpottingMLP\n\n\n"
+            f"def model():\n    torch.manual_seed({seed})\n"
+            "    return KeywordSpottingMLP().eval(), (torch.randn(1, 49, 10),)\n")
         recipe = folder / f"kws_mlp_{seed}.yaml"
-        recipe.write_text(RECIPE.read_text().replace("seed: 0", f"seed: {seed}"))
+        recipe.write_text(RECIPE.read_text().replace(
+            "python: edgekit.examples.models:kws_mlp", f"python: kws_{seed}.py:model"))
         paths[f"v{seed + 1}"] = build(BuildOptions(recipe=recipe, target="host",
                                                    out=folder / f"v{seed + 1}")).bundle.path
     return paths
@@ -84,8 +90,10 @@ def deploy_through(address: str, bundle: Path):
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """The error's line (its hint, when it has one, on the next)."""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert lines and lines[0].startswith("error: "), proc.stderr
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("  hint: ")), proc.stderr
     assert "Traceback" not in proc.stderr and "Aborted" not in proc.stderr
     return lines[0]
 
@@ -109,7 +117,8 @@ def test_a_connection_cut_mid_upload_is_exit_10_naming_the_upload(device, proxy,
     before = current(device)
     proxy.cut_after(MIDWAY)
     proc, _ = deploy_through(proxy.address, bundles["v2"])
-    assert proxy.triggered.is_set() and proc.returncode == 10, proc.stderr
+    assert proxy.triggered.is_set() and proc.returncode == 10, (proc.returncode, proc.stdout,
+                                                                proc.stderr)
     line = one_error_line(proc)
     assert re.search(r"upload of \S+module\.vmfb: connection lost", line), line
     assert current(device) == before
@@ -144,6 +153,7 @@ def test_a_blackholed_address_fails_at_connect_within_its_deadline(device, bundl
         proc, seconds = deploy_through(f"{device.user}@{host}:{port}", bundles["v2"])
     assert proc.returncode == 10
     assert "connect: no answer within 3 s (timeouts.connect_s)" in one_error_line(proc)
+    assert "`edgekit probe" in proc.stderr     # the hint says what to check
     assert seconds < 3 + 10, f"took {seconds:.0f} s"
     assert current(device) == before
 
