@@ -36,6 +36,8 @@ OWN_TIERS = set(TIERS.values()) | {"scale"}
 # module-scoped fixture (a built bundle) builds it once. The rest go one by one.
 SHARED = {"device": "lab", "faults": "lab", "lab": "lab", "corpus": "corpus"}
 BY_FILE = ("integration", "npu", "onnx_suite")
+# the local fleet tests: latency gates, and a rollout under CPU load (burners)
+LATENCY_GATED = {("local", "test_fleet.py"), ("local", "test_fleet_at_scale.py")}
 MOST_WORKERS = 8       # each worker imports torch (~1 GB with a build in flight)
 
 
@@ -46,9 +48,30 @@ def xdist_group(folder: str, item: pytest.Item) -> str | None:
     shares_a_module_fixture = fixtures is not None and any(
         d.scope in ("module", "class", "package")
         for defs in fixtures.name2fixturedefs.values() for d in defs)
-    if (folder in BY_FILE or shares_a_module_fixture
-            or (folder, item.path.name) == ("local", "test_fleet.py")):
+    if (folder, item.path.name) in LATENCY_GATED:
+        return "local/fleet"      # the gates' measurements never beside the burners
+    if folder in BY_FILE or shares_a_module_fixture:
         return f"{folder}/{item.path.stem}"
+    return None
+
+
+# folders whose files may name a tier of their own (tests/local: a fault, scale or
+# integration test beside the local fixtures it uses)
+MIXED_FOLDERS = {"local"}
+
+
+def pytest_ignore_collect(collection_path, config):
+    """`-m TIER` collects only the folders that can hold that tier: importing every tier's
+    modules (torch, onnx, the corpus) costs each worker seconds the tier itself does not."""
+    wanted = config.getoption("markexpr", "")
+    if wanted not in OWN_TIERS:
+        return None
+    tests = Path(__file__).parent
+    if collection_path.parent != tests or not collection_path.is_dir():
+        return None
+    folder = collection_path.name
+    if folder in TIERS and TIERS[folder] != wanted and folder not in MIXED_FOLDERS:
+        return True
     return None
 
 
