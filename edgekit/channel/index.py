@@ -27,6 +27,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field, replace
 
+from edgekit.config.address import NAME
 from edgekit.errors import ConfigError
 
 FORMAT = "edgekit-channel 1"
@@ -35,9 +36,8 @@ INDEX_SIG = "index.sig"
 STATUS = "status"
 BLOBS = "blobs"
 BUCKETS = 10000          # the bucket is a number in [0, 10000): percent with two decimals
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SHA = re.compile(r"[0-9a-f]{64}")
-PATH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}(/[A-Za-z0-9][A-Za-z0-9._-]{0,63})?")
+PATH = re.compile(rf"{NAME.pattern}(/{NAME.pattern})?")     # a bundle file: name or dir/name
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from edgekit.errors import ConfigError
 
 _USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 _HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# a name that is one component of a path (an app, a release, a device id, a channel)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def local_root(text: str) -> Path | None:
 
 def safe_name(value: str, kind: str) -> str:
     """A name used as one component of a remote path (app, release): letters, digits, . _ -"""
-    if not _NAME.match(value) or value in (".", ".."):
+    if not NAME.fullmatch(value) or value in (".", ".."):
         raise ConfigError(f"invalid {kind} name {value!r}", key=kind,
                           hint="use 1-64 letters, digits, '.', '_' or '-', starting with a "
                                "letter or digit")

@@ -72,8 +72,9 @@ def check_determinism(conn: Transport, bundle: Bundle, release_dir: str, runtime
                 _runs(conn, shims, runtime, release_dir, out_dir,
                       ["repeat", str(sample), str(repeat)],
                       f"the determinism gate's runs of sample {sample}")
+                limits = [(output_byte_cap(g.nbytes), g.shape) for g in golden]
                 runs = [_fetch(conn, f"{out_dir}/{r}", Path(scratch) / f"{sample}-{r}",
-                               bundle, golden) for r in range(repeat)]
+                               bundle, limits, "of a repeated run") for r in range(repeat)]
             finally:
                 _remove(conn, out_dir)
             found = first_disagreement(sample, runs, names, lims)
@@ -88,20 +89,20 @@ def check_determinism(conn: Transport, bundle: Bundle, release_dir: str, runtime
 
 
 def _fetch(conn: Transport, remote: str, local: Path, bundle: Bundle,
-           golden: list[np.ndarray]) -> list[np.ndarray]:
-    """One run's outputs: no more bytes than each golden output's and a header, read as the
-    manifest declares them."""
+           limits: list[tuple[int, tuple]], what: str) -> list[np.ndarray]:
+    """One run's outputs, each fetched no larger than its (byte cap, shape) says and read as
+    the manifest declares its dtype; an unreadable one refuses the release."""
     local.mkdir(parents=True, exist_ok=True)
     arrays = []
-    for i, (sig, expected) in enumerate(zip(bundle.manifest.outputs, golden)):
+    for i, (sig, (cap, shape)) in enumerate(zip(bundle.manifest.outputs, limits)):
         name = output_file(i, sig.dtype)
-        conn.get(f"{remote}/{name}", local / name, max_bytes=output_byte_cap(expected.nbytes))
+        conn.get(f"{remote}/{name}", local / name, max_bytes=cap)
         try:
-            arrays.append(read_output(local / name, sig.dtype, expected.shape))
+            arrays.append(read_output(local / name, sig.dtype, tuple(shape)))
         except (ValueError, EOFError, OSError) as exc:
             raise RemoteCommandFailed(
-                f"output {name} of a repeated run came back unreadable ({exc}); the release "
-                f"was not activated", where=conn.where, argv=["runs.sh", name], returncode=1,
+                f"output {name} {what} came back unreadable ({exc}); the release was not "
+                f"activated", where=conn.where, argv=["runs.sh", name], returncode=1,
                 stderr_tail="") from None
     return arrays
 
@@ -139,7 +140,7 @@ def check_dataset(conn: Transport, bundle: Bundle, release_dir: str, runtime: st
     note = m.dataset
     if note is None:
         return {}
-    caps = [_output_cap(sig) for sig in m.outputs]
+    limits = [(_output_cap(sig), tuple(sig.shape)) for sig in m.outputs]
     labels = np.load(bundle.file(note.labels), allow_pickle=False)
     outputs: list[list[np.ndarray]] = []
     with tempfile.TemporaryDirectory(prefix="edgekit-dataset-") as scratch:
@@ -152,8 +153,9 @@ def check_dataset(conn: Transport, bundle: Bundle, release_dir: str, runtime: st
                        str(note.inputs)],
                       f"the dataset gate's samples {first}..{first + count - 1}")
                 for i in range(first, first + count):
-                    outputs.append(_fetch_sized(conn, f"{out_dir}/{i}",
-                                                Path(scratch) / str(i), bundle, caps))
+                    outputs.append(_as_declared(bundle, _fetch(
+                        conn, f"{out_dir}/{i}", Path(scratch) / str(i), bundle, limits,
+                        "of the dataset gate")))
             finally:
                 _remove(conn, out_dir)
     measured = score(note.metric, outputs, labels)
@@ -181,24 +183,12 @@ def _output_cap(sig) -> int:
     return output_byte_cap(nbytes)
 
 
-def _fetch_sized(conn: Transport, remote: str, local: Path, bundle: Bundle,
-                 caps: list[int]) -> list[np.ndarray]:
-    local.mkdir(parents=True, exist_ok=True)
-    arrays = []
-    for i, (sig, cap) in enumerate(zip(bundle.manifest.outputs, caps)):
-        name = output_file(i, sig.dtype)
-        conn.get(f"{remote}/{name}", local / name, max_bytes=cap)
-        try:
-            array = read_output(local / name, sig.dtype, tuple(sig.shape))
-        except (ValueError, EOFError, OSError) as exc:
-            raise RemoteCommandFailed(
-                f"dataset output {name} came back unreadable ({exc}); the release was not "
-                f"activated", where=conn.where, argv=["runs.sh", name], returncode=1,
-                stderr_tail="") from None
+def _as_declared(bundle: Bundle, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """The dataset's outputs as the manifest declares them (shape and dtype), else refused."""
+    for i, (sig, array) in enumerate(zip(bundle.manifest.outputs, arrays)):
         if tuple(array.shape) != tuple(sig.shape) or str(array.dtype) != sig.dtype:
             raise ValidationFailed(
-                f"dataset output {name} is {tuple(array.shape)} {array.dtype}, the manifest "
-                f"declares {tuple(sig.shape)} {sig.dtype}; the release was not activated",
-                report=None)
-        arrays.append(array)
+                f"dataset output {output_file(i, sig.dtype)} is {tuple(array.shape)} "
+                f"{array.dtype}, the manifest declares {tuple(sig.shape)} {sig.dtype}; the "
+                "release was not activated", report=None)
     return arrays
