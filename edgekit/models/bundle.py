@@ -6,13 +6,15 @@ the runtime must match, the entry function, the signature and the tolerances. Th
 signed (manifest.json.sig, see toolchain/signing.py).
 
 Containment: a bundle holds a closed set of plain files — manifest.json, its signature,
-module.vmfb, golden/<name>.npy (and variants/, npu/, dispatch-configs/ files) — and nothing else is read, extracted or uploaded. A manifest
-naming any other path (`../../.profile`, `/etc/x`, `golden/a/b.npy`) is malformed; a symlink,
-hard link or device in a bundle directory or archive is refused.
+module.vmfb, golden/<name>.npy (and variants/, npu/, dispatch-configs/ files) — and nothing
+else is read, extracted or uploaded. A manifest naming any other path (`../../.profile`,
+`/etc/x`, `golden/a/b.npy`) is malformed; a symlink, hard link or device in a bundle directory
+or archive is refused.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -318,6 +320,12 @@ class Bundle:
                 raise BundleError(f"bundle file does not match its sha256: {relative}",
                                   where=str(self.path),
                                   hint="the bundle was modified after it was built; rebuild it")
+
+
+def build_stamp() -> str:
+    """A bundle's build time, to the microsecond: two builds in the same second still order
+    (the downgrade refusal compares them), and the text still sorts as a string on a device."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +13,8 @@ from edgekit.config.recipe import Hooks, Recipe, Validation
 from edgekit.config.profiles import Target
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import (DISPATCH_CONFIGS, MODULE, VARIANTS, Bundle, GoldenSet,
-                                   Manifest, ModuleVariant, QuantizationNote, check_payload_name,
-                                   sha256_file, write_manifest)
+                                   Manifest, ModuleVariant, QuantizationNote, build_stamp,
+                                   check_payload_name, sha256_file, write_manifest)
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.signing import sign_bundle
@@ -125,7 +124,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
                          *config_files]}
     manifest = Manifest(
         app=identity.app,
-        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        created_at=build_stamp(),
         model_source=identity.model_source,
         model_digest=exported.digest,
         recipe_digest=identity.recipe_digest,

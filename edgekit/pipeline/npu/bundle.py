@@ -4,12 +4,12 @@ a CPU module, `package` (pipeline/package.py) adds the NPU part it finds on the 
 
 from __future__ import annotations
 
-import datetime
 import shutil
 from pathlib import Path
 
 from edgekit.config.profiles import Target
-from edgekit.models.bundle import Bundle, LoweringRecord, Manifest, sha256_file, write_manifest
+from edgekit.models.bundle import (Bundle, LoweringRecord, Manifest, build_stamp, sha256_file,
+                                   write_manifest)
 from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.npu.part import NpuPart
 from edgekit.pipeline.package import BundleIdentity, write_golden
@@ -28,7 +28,7 @@ def npu_only(exported: ExportedModel, identity: BundleIdentity, target: Target,
     files = {rel: sha256_file(directory / rel) for rel in [*written, *part.files]}
     manifest = Manifest(
         app=identity.app,
-        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        created_at=build_stamp(),
         model_source=identity.model_source, model_digest=exported.digest,
         recipe_digest=identity.recipe_digest, target=target.name,
         target_profile=target.profile(), backend=target.backend, arch=target.arch,
