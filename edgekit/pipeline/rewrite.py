@@ -35,6 +35,10 @@ shift is left to compute at run time.
 
 `--edgekit-softmax-by-columns=N`: a last-dimension softmax with at least N rows computed over
 its transpose (pipeline/rewrite_softmax.py says why and what it measured).
+
+Always, asked for or not: comparisons of a float tensor with a Python float made in the
+tensor's dtype instead of float64 (exact; pipeline/rewrite_tosa.py), so attention lowers
+through TOSA.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import torch
 
 from edgekit.config.edgekit_flags import PREFIX, conv_selection, parse_edgekit_flags
 from edgekit.pipeline.export import ExportedModel
+from edgekit.pipeline.rewrite_tosa import legalise_for_tosa
 from edgekit.pipeline.rewrite_softmax import (count_softmax, scores_by_columns,
                                              softmax_by_columns, softmax_rewritten)
 
@@ -90,6 +95,9 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
         notes.append(f"{softmax_rewritten(exported.program, min_rows)} of "
                      f"{count_softmax(exported.program)} softmax by columns "
                      f"({PREFIX}softmax-by-columns={min_rows})")
+    # not asked for: exact, and what lets an attention lower through TOSA (rewrite_tosa.py)
+    program, legalised = legalise_for_tosa(program)
+    notes.extend(legalised)
     if not notes:
         return exported
     return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, *notes))

@@ -35,6 +35,13 @@ def _decompositions() -> dict:
             if "native_layer_norm" not in str(op)}
 
 
+def decompositions_of(ops) -> dict:
+    """The import's own decompositions of `ops` (those it has): for a rewrite that must see
+    inside an op before the import does (pipeline/rewrite_tosa.py)."""
+    table = _decompositions()
+    return {op: table[op] for op in ops if op in table}
+
+
 def decompose(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """The program as torch-mlir imports it: a decomposed copy (the ATen ops `check` lists)."""
     return program.run_decompositions(_decompositions())
