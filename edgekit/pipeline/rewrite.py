@@ -36,9 +36,10 @@ shift is left to compute at run time.
 `--edgekit-softmax-by-columns=N`: a last-dimension softmax with at least N rows computed over
 its transpose (pipeline/rewrite_softmax.py says why and what it measured).
 
-Always, asked for or not: comparisons of a float tensor with a Python float made in the
-tensor's dtype instead of float64 (exact; pipeline/rewrite_tosa.py), so attention lowers
-through TOSA.
+Always, asked for or not (float models): integer/boolean tensors computed from constants
+alone folded into constants, and comparisons of a float tensor with a Python float made in the
+tensor's dtype instead of float64 — both exact (pipeline/rewrite_tosa.py), so transformers
+lower through TOSA.
 """
 
 from __future__ import annotations
@@ -95,9 +96,11 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
         notes.append(f"{softmax_rewritten(exported.program, min_rows)} of "
                      f"{count_softmax(exported.program)} softmax by columns "
                      f"({PREFIX}softmax-by-columns={min_rows})")
-    # not asked for: exact, and what lets an attention lower through TOSA (rewrite_tosa.py)
-    program, legalised = legalise_for_tosa(program)
-    notes.extend(legalised)
+    # not asked for: exact, and what lets transformers lower through TOSA (rewrite_tosa.py);
+    # not for int8, whose only lowering is torch and whose quantized weights must stay ops
+    if not quantized:
+        program, legalised = legalise_for_tosa(program, exported.samples)
+        notes.extend(legalised)
     if not notes:
         return exported
     return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, *notes))

@@ -15,6 +15,7 @@ dtype=x.dtype)` computes; the f64 lowering is the one that differs from eager th
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from edgekit.toolchain import torch_mlir
@@ -64,79 +65,123 @@ def _against_constants(program: Program) -> int:
         and list(a.args[0]) == [] for a in n.args))
 
 
-def _wide_gathers(program: Program) -> tuple[int, list[str]]:
-    """(how many int64 gathers read a constant whose values all fit in int32, the others as
-    `gather @ where` lines): only when there are no others is every int64 gather narrowed."""
-    aten = torch.ops.aten
-    sig = program.graph_signature
-    named = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
-             **sig.inputs_to_lifted_tensor_constants}
-    values = {**program.state_dict, **program.constants}
-    fitting, others = 0, []
-    for node in program.graph.nodes:
-        if node.target is not aten.gather.default:
-            continue
-        source = node.args[0]
-        if getattr(source.meta.get("val"), "dtype", None) != torch.int64:
-            continue
-        while source.op == "call_function" and source.target in _views_and_copies():
-            source = source.args[0]         # a view or copy of it reads the same values
-        tensor = values.get(named.get(source.name, "")) if source.op == "placeholder" else None
-        if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.int64 and (
-                tensor.numel() == 0 or (int(tensor.min()) >= -2**31 and
-                                        int(tensor.max()) < 2**31)):
-            fitting += 1
-        else:
-            stack = node.meta.get("nn_module_stack") or {}
-            where = next(reversed(stack.values()))[0] if stack else "forward"
-            others.append(f"aten.gather @ {where}")
-    return fitting, others
+# A folded tensor larger than this stays computed: a constant of its size would outweigh the
+# work it saves (a mask of 1M elements is 1 MiB as bool, 8 MiB as int64).
+FOLD_MAX_ELEMENTS = 1 << 20
 
 
-def _views_and_copies() -> tuple:
-    aten = torch.ops.aten
-    return (aten.expand.default, aten.view.default, aten.reshape.default, aten.slice.Tensor,
-            aten.select.int, aten.unsqueeze.default, aten.squeeze.dim, aten.clone.default,
-            aten.permute.default, aten.transpose.int, aten.alias.default)
+def _weightless_nodes(module: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes whose values depend neither on the model's inputs nor on a float weight:
+    integer buffers, and ops (deterministic, pure) of those alone or of nothing (arange,
+    full) — positions, masks, interpolation indices and weights."""
+    found: set[torch.fx.Node] = set()
+    for node in module.graph.nodes:
+        if node.op == "get_attr":
+            value = _attribute(module, node.target)
+            if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
+                found.add(node)
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and not node.is_impure() \
+                and torch.Tag.nondeterministic_seeded not in node.target.tags \
+                and all(a in found for a in node.all_input_nodes):
+            found.add(node)
+    return found
 
 
-def _gather_in_int32(x, dim, index, sparse_grad=False):
-    """int64 values gathered as int32 (TOSA's gather takes no i64 values): only applied when
-    every int64 gather reads a constant that fits (_wide_gathers), so the casts are exact."""
-    if x.dtype != torch.int64:
-        return NotImplemented
-    return torch.ops.aten.gather.default(x.to(torch.int32), dim, index,
-                                         sparse_grad=sparse_grad).to(torch.int64)
+def _folded_constants(program: Program) -> tuple[torch.fx.GraphModule, int] | None:
+    """(the program's module with each tensor computed from integer buffers and shapes alone
+    made a constant, how many), or None when there is none. Positions, relative-position
+    buckets (T5), causal and padding masks from `arange` (GPT-2, BERT), token-type ids
+    gathered from a buffer (BERT), bilinear interpolation's indices and weights (DeepLab): in
+    TOSA they are i64 arithmetic, i64 gathers and i64→f32 casts that IREE's TOSA input
+    refuses; as constants they are none of those. Exact: the values are eager PyTorch's own.
+    Computations that read a float weight are left as written."""
+    if any(isinstance(d, torch.SymInt) for n in program.graph.nodes if n.op == "placeholder"
+           for d in getattr(n.meta.get("val"), "shape", ())):
+        return None      # dynamic shapes: an arange of a dimension is not a constant
+    module = program.module()
+    weightless = {n for n in _weightless_nodes(module) if n.op == "call_function"
+                  and isinstance(n.meta.get("val"), torch.Tensor)}
+    # where one is read by what stays computed (an input's op, or math of float weights)
+    folded = [n for n in module.graph.nodes if n in weightless
+              and n.meta["val"].numel() <= FOLD_MAX_ELEMENTS
+              and any(u not in weightless for u in n.users)]
+    if not folded:
+        return None
+    values: dict[torch.fx.Node, object] = {}
+    with torch.no_grad():
+        for node in module.graph.nodes:
+            if node.op == "get_attr":
+                values[node] = _attribute(module, node.target)
+            elif node in weightless:
+                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), values.get)
+                values[node] = node.target(*args, **kwargs)
+    graph = module.graph
+    for i, node in enumerate(folded):
+        name = f"_edgekit_folded_{i}"
+        module.register_buffer(name, values[node].detach().clone(), persistent=True)
+        with graph.inserting_before(node):
+            attribute = graph.get_attr(name)
+        attribute.meta.update(node.meta)
+        node.replace_all_uses_with(attribute)
+        if any(_in_a_list(attribute, user) for user in attribute.users):
+            # torch-mlir's importer takes a weight inside a list operand (index's indices)
+            # as a literal it cannot mix with tensors: a copy of it is a tensor it can
+            with graph.inserting_after(attribute):
+                copy = graph.call_function(torch.ops.aten.clone.default, (attribute,))
+            attribute.replace_all_uses_with(copy, delete_user_cb=lambda user: user is not copy)
+    graph.eliminate_dead_code()
+    graph.lint()
+    module.recompile()
+    return module, len(folded)
 
 
-def legalise_for_tosa(program: Program) -> tuple[Program, tuple[str, ...]]:
+def _in_a_list(node: torch.fx.Node, user: torch.fx.Node) -> bool:
+    return any(isinstance(a, (list, tuple)) and node in a
+               for a in (*user.args, *user.kwargs.values()))
+
+
+def _attribute(module: torch.nn.Module, target: str):
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
+                      ) -> tuple[Program, tuple[str, ...]]:
     """(the program with what TOSA cannot take made exactly in what it can, the build's notes
     saying what changed; the program unchanged and no notes when nothing did).
 
+    - tensors computed from shapes and integer buffers alone (positions, masks, buckets,
+      interpolation indices) are folded into constants (_folded_constants); the program is
+      exported again from its folded module, on the samples it was exported with;
     - every comparison of a float tensor and a Python float is made against a 0-d constant of
       the tensor's dtype; attention is decomposed as torch-mlir's import decomposes it, to
       reach the comparison inside (the decomposed graph cannot be traced again: it holds
-      prims, so a decomposition table is the only way in);
-    - int64 gathers of a constant whose values fit in int32 (BERT's token-type ids) gather
-      int32 and widen the result."""
-    table, notes = {}, []
-    compares = _may_compare_with_a_float(program)
-    if compares:
-        table.update(torch_mlir.decompositions_of(_attention_ops()))
-        table.update({op: _in_tensor_dtype(op, tensor_op)
-                      for op, tensor_op in _comparisons().items()})
-    narrowed, left = _wide_gathers(program)
-    if narrowed and not left:
-        table[torch.ops.aten.gather.default] = _gather_in_int32
-        notes.append(f"{narrowed} int64 gather(s) of constants made in int32 (exact: every "
-                     "value fits; TOSA gathers no i64)")
-    if not table:
-        return program, ()
+      prims, so a decomposition table is the only way in)."""
+    notes = []
+    # interpolation as the import decomposes it, so that its index math is there to fold
+    interpolation = torch_mlir.decompositions_of({
+        n.target for n in program.graph.nodes if n.op == "call_function"
+        and str(n.target).startswith(("aten.upsample_", "aten._upsample_"))})
+    if interpolation:
+        program = program.run_decompositions(interpolation)
+    folded = _folded_constants(program)
+    if folded is not None:
+        module, count = folded
+        args = tuple(torch.from_numpy(np.array(s)) for s in samples)
+        program = torch.export.export(module, args)
+        notes.append(f"{count} tensor(s) computed from shapes and integer buffers alone "
+                     "(positions, masks, interpolation indices) folded into constants (exact: "
+                     "eager's own values; TOSA takes no i64 arithmetic)")
+    if not _may_compare_with_a_float(program):
+        return program, tuple(notes)
+    table = {**torch_mlir.decompositions_of(_attention_ops()),
+             **{op: _in_tensor_dtype(op, tensor_op) for op, tensor_op in _comparisons().items()}}
     rewritten = program.run_decompositions(table)
-    if compares:
-        count = _against_constants(rewritten) - _against_constants(program)
-        if count > 0:
-            notes.insert(0, f"{count} float-scalar comparison(s) made in the tensor's dtype, as "
-                            "eager PyTorch computes them, not in float64 (exact; TOSA takes no "
-                            "f64)")
-    return (rewritten, tuple(notes)) if notes else (program, ())
+    count = _against_constants(rewritten) - _against_constants(program)
+    if count <= 0:
+        return program, tuple(notes)
+    return rewritten, (*notes, f"{count} float-scalar comparison(s) made in the tensor's "
+                       "dtype, as eager PyTorch computes them, not in float64 (exact; TOSA "
+                       "takes no f64)")
