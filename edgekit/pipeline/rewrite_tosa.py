@@ -158,7 +158,9 @@ def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
     - every comparison of a float tensor and a Python float is made against a 0-d constant of
       the tensor's dtype; attention is decomposed as torch-mlir's import decomposes it, to
       reach the comparison inside (the decomposed graph cannot be traced again: it holds
-      prims, so a decomposition table is the only way in)."""
+      prims, so a decomposition table is the only way in);
+    - grouped convolutions of more groups than torch-mlir's TOSA lowering takes are split
+      into convolutions of fewer groups (RegNet)."""
     notes = []
     # interpolation as the import decomposes it, so that its index math is there to fold
     interpolation = torch_mlir.decompositions_of({
@@ -174,14 +176,66 @@ def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
         notes.append(f"{count} tensor(s) computed from shapes and integer buffers alone "
                      "(positions, masks, interpolation indices) folded into constants (exact: "
                      "eager's own values; TOSA takes no i64 arithmetic)")
-    if not _may_compare_with_a_float(program):
+    table: dict = {}
+    compares = _may_compare_with_a_float(program)
+    if compares:
+        table.update(torch_mlir.decompositions_of(_attention_ops()))
+        table.update({op: _in_tensor_dtype(op, tensor_op)
+                      for op, tensor_op in _comparisons().items()})
+    grouped = _wide_grouped_convolutions(program)
+    if grouped:
+        table[torch.ops.aten.conv2d.default] = _grouped_in_chunks
+        notes.append(f"{len(grouped)} convolution(s) of more than {TOSA_MAX_GROUPS} groups "
+                     f"({', '.join(grouped[:3])}{', …' if len(grouped) > 3 else ''}) split "
+                     f"into convolutions of at most {TOSA_MAX_GROUPS} groups, concatenated "
+                     "(exact: the same sums per output channel; torch-mlir's TOSA lowering "
+                     f"takes at most {TOSA_MAX_GROUPS} groups)")
+    if not table:
         return program, tuple(notes)
-    table = {**torch_mlir.decompositions_of(_attention_ops()),
-             **{op: _in_tensor_dtype(op, tensor_op) for op, tensor_op in _comparisons().items()}}
     rewritten = program.run_decompositions(table)
-    count = _against_constants(rewritten) - _against_constants(program)
-    if count <= 0:
-        return program, tuple(notes)
-    return rewritten, (*notes, f"{count} float-scalar comparison(s) made in the tensor's "
-                       "dtype, as eager PyTorch computes them, not in float64 (exact; TOSA "
-                       "takes no f64)")
+    count = _against_constants(rewritten) - _against_constants(program) if compares else 0
+    if count > 0:
+        notes.append(f"{count} float-scalar comparison(s) made in the tensor's dtype, as eager "
+                     "PyTorch computes them, not in float64 (exact; TOSA takes no f64)")
+    return (rewritten, tuple(notes)) if grouped or count > 0 else (program, tuple(notes))
+
+
+# torch-mlir's TOSA lowering of a grouped (not depthwise) convolution: 16 groups lower
+# (128 channels, group width 8), 32 and more fail to legalize (`aten.convolution`);
+# RegNetY-400MF's last stage has 55.
+TOSA_MAX_GROUPS = 16
+
+
+def _groups(node: torch.fx.Node) -> int:
+    return node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+
+
+def _wide_grouped_convolutions(program: Program) -> list[str]:
+    """`groups=N (in x out)` for each grouped convolution (not depthwise) of more groups than
+    torch-mlir's TOSA lowering takes."""
+    found = []
+    for node in program.graph.nodes:
+        if node.target is not torch.ops.aten.conv2d.default:
+            continue
+        groups, channels = _groups(node), node.args[0].meta["val"].shape[1]
+        if groups > TOSA_MAX_GROUPS and groups != channels:
+            found.append(f"groups={groups} ({channels}x{node.meta['val'].shape[1]})")
+    return found
+
+
+def _grouped_in_chunks(input, weight, bias=None, stride=(1, 1), padding=(0, 0),
+                       dilation=(1, 1), groups=1):
+    """conv2d with more than TOSA_MAX_GROUPS groups as convolutions of at most that many
+    groups over slices of the channels, concatenated; others as they are."""
+    channels = input.shape[1]
+    if groups <= TOSA_MAX_GROUPS or groups == channels:
+        return NotImplemented
+    per_in, per_out = channels // groups, weight.shape[0] // groups
+    outputs = []
+    for first in range(0, groups, TOSA_MAX_GROUPS):
+        count = min(TOSA_MAX_GROUPS, groups - first)
+        rows = slice(first * per_out, (first + count) * per_out)
+        outputs.append(torch.ops.aten.conv2d.default(
+            input[:, first * per_in:(first + count) * per_in], weight[rows],
+            None if bias is None else bias[rows], stride, padding, dilation, count))
+    return torch.cat(outputs, dim=1)

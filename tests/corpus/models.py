@@ -58,6 +58,44 @@ def llama():
     return LlamaForCausalLM(config).eval(), (token_ids(0),)
 
 
+def t5_encoder():
+    """T5's encoder: relative-position buckets from `arange` (integer math), RMS-style norm."""
+    from transformers import T5Config, T5EncoderModel
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2,
+                      num_heads=2)
+    return T5EncoderModel(config).eval(), (token_ids(0),)
+
+
+MELS, FRAMES = 16, 32
+
+
+def whisper_encoder():
+    """Whisper's audio encoder: two 1-D convolutions over log-mel frames, sinusoidal
+    positions, pre-norm attention."""
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+    torch.manual_seed(0)
+    config = WhisperConfig(num_mel_bins=MELS, d_model=32, encoder_layers=2,
+                           encoder_attention_heads=2, encoder_ffn_dim=64,
+                           max_source_positions=FRAMES // 2, vocab_size=VOCAB)
+    return WhisperEncoder(config).eval(), (mel_frames(0),)
+
+
+def clip_text():
+    """CLIP's text tower: causal mask, pooled at the end-of-text token (argmax of the ids)."""
+    from transformers import CLIPTextConfig, CLIPTextModel
+    torch.manual_seed(0)
+    config = CLIPTextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                            num_hidden_layers=2, num_attention_heads=2,
+                            max_position_embeddings=SEQ, eos_token_id=2)
+    return CLIPTextModel(config).eval(), (token_ids(0),)
+
+
+def mel_frames(seed: int) -> torch.Tensor:
+    return torch.randn(1, MELS, FRAMES, generator=torch.Generator().manual_seed(seed))
+
+
 def token_ids(seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(seed))
 
@@ -170,6 +208,79 @@ def vit():
     return ViT().eval(), (torch.randn(1, 3, 32, 32),)
 
 
+class RegNetBlock(nn.Module):
+    """RegNetY's block: 1x1, 3x3 grouped convolution (group width 8), squeeze-excite, 1x1,
+    projection shortcut."""
+
+    def __init__(self, cin: int, cout: int, stride: int, group_width: int = 8):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout),
+                               nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(cout, cout, 3, stride, 1, groups=cout // group_width,
+                                         bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+        squeeze = max(1, cin // 4)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cout, squeeze, 1), nn.ReLU(),
+                                nn.Conv2d(squeeze, cout, 1), nn.Sigmoid())
+        self.c = nn.Sequential(nn.Conv2d(cout, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                  nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.b(self.a(x))
+        return torch.relu(self.proj(x) + self.c(y * self.se(y)))
+
+
+def regnet():
+    """RegNetY-style (RegNetY-400MF's block at widths 32 and 144: 4 and 18 groups; more than
+    16 is what torch-mlir's TOSA lowering does not take whole, RegNetY-400MF has 55)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        RegNetBlock(16, 32, 2), RegNetBlock(32, 144, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(144, 10))
+    return _randomized_bn(model).eval(), (torch.randn(1, 3, 32, 32),)
+
+
+class DeepLab(nn.Module):
+    """DeepLabV3-MobileNetV3-style segmentation: a hardswish/squeeze-excite (hardsigmoid)
+    backbone with a dilated depthwise stage, ASPP (1x1, atrous 3x3, image pooling upsampled
+    bilinearly) and the logits upsampled bilinearly to the input's size."""
+
+    def __init__(self, classes: int = 5):
+        super().__init__()
+        act = nn.Hardswish
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), act(),
+            nn.Conv2d(16, 16, 3, 2, 1, groups=16, bias=False), nn.BatchNorm2d(16), act(),
+            nn.Conv2d(16, 24, 1, bias=False), nn.BatchNorm2d(24),
+            nn.Conv2d(24, 24, 3, 1, 2, dilation=2, groups=24, bias=False), nn.BatchNorm2d(24),
+            act())
+        self.excite = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(24, 8, 1), nn.ReLU(),
+                                    nn.Conv2d(8, 24, 1), nn.Hardsigmoid())
+        self.branches = nn.ModuleList([
+            nn.Sequential(nn.Conv2d(24, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()),
+            nn.Sequential(nn.Conv2d(24, 16, 3, padding=2, dilation=2, bias=False),
+                          nn.BatchNorm2d(16), nn.ReLU())])
+        self.pooling = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(24, 16, 1, bias=False),
+                                     nn.ReLU())
+        self.project = nn.Sequential(nn.Conv2d(48, 16, 1, bias=False), nn.BatchNorm2d(16),
+                                     nn.ReLU(), nn.Conv2d(16, classes, 1))
+
+    def forward(self, x):
+        f = self.backbone(x)
+        f = f * self.excite(f)
+        pooled = nn.functional.interpolate(self.pooling(f), size=f.shape[-2:], mode="bilinear",
+                                           align_corners=False)
+        y = self.project(torch.cat([*(b(f) for b in self.branches), pooled], dim=1))
+        return nn.functional.interpolate(y, size=x.shape[-2:], mode="bilinear",
+                                         align_corners=False)
+
+
+def deeplab():
+    torch.manual_seed(0)
+    return _randomized_bn(DeepLab()).eval(), (torch.randn(1, 3, 32, 32),)
+
+
 def _randomized_bn(model: nn.Module) -> nn.Module:
     """Fresh BatchNorm statistics are the identity; random ones make folding them matter."""
     for m in model.modules():
@@ -207,6 +318,16 @@ CORPUS = (
     Entry("mobilenet", "MobileNetV2 (inverted residuals, depthwise convs)", "mobilenet",
           _image((1, 3, 64, 64))),
     Entry("vit", "ViT (patch embedding, pre-norm encoder, GELU)", "vit", _image((1, 3, 32, 32))),
+    Entry("t5_encoder", "T5 encoder (transformers T5EncoderModel, relative positions)",
+          "t5_encoder", lambda s: (token_ids(s),)),
+    Entry("whisper_encoder", "Whisper audio encoder (transformers WhisperEncoder)",
+          "whisper_encoder", lambda s: (mel_frames(s),)),
+    Entry("clip_text", "CLIP text tower (transformers CLIPTextModel)", "clip_text",
+          lambda s: (token_ids(s),)),
+    Entry("regnet", "RegNetY (grouped 3x3 convolutions, squeeze-excite)", "regnet",
+          _image((1, 3, 32, 32))),
+    Entry("deeplab", "DeepLabV3-MobileNetV3 (dilated depthwise, ASPP, bilinear upsampling)",
+          "deeplab", _image((1, 3, 32, 32))),
     Entry("llama", "Llama-style decoder with LM head, no KV cache (transformers "
           "LlamaForCausalLM)", "llama", lambda s: (token_ids(s),)),
 )
