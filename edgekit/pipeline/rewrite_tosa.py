@@ -88,18 +88,14 @@ def _weightless_nodes(module: torch.fx.GraphModule) -> set[torch.fx.Node]:
     return found
 
 
-def _folded_constants(program: Program) -> tuple[torch.fx.GraphModule, int] | None:
-    """(the program's module with each tensor computed from integer buffers and shapes alone
-    made a constant, how many), or None when there is none. Positions, relative-position
-    buckets (T5), causal and padding masks from `arange` (GPT-2, BERT), token-type ids
-    gathered from a buffer (BERT), bilinear interpolation's indices and weights (DeepLab): in
-    TOSA they are i64 arithmetic, i64 gathers and i64→f32 casts that IREE's TOSA input
-    refuses; as constants they are none of those. Exact: the values are eager PyTorch's own.
-    Computations that read a float weight are left as written."""
-    if any(isinstance(d, torch.SymInt) for n in program.graph.nodes if n.op == "placeholder"
-           for d in getattr(n.meta.get("val"), "shape", ())):
-        return None      # dynamic shapes: an arange of a dimension is not a constant
-    module = program.module()
+def _folded_constants(module: torch.fx.GraphModule) -> int:
+    """Each tensor of the (unlifted) module computed from integer buffers and shapes alone
+    made a constant, in place; how many. Positions, relative-position buckets (T5), causal
+    and padding masks from `arange` (GPT-2, BERT), token-type ids gathered from a buffer
+    (BERT), bilinear interpolation's indices and weights (DeepLab): in TOSA they are i64
+    arithmetic, i64 gathers and i64→f32 casts that IREE's TOSA input refuses; as constants
+    they are none of those. Exact: the values are eager PyTorch's own. Computations that read
+    a float weight are left as written."""
     weightless = {n for n in _weightless_nodes(module) if n.op == "call_function"
                   and isinstance(n.meta.get("val"), torch.Tensor)}
     # where one is read by what stays computed (an input's op, or math of float weights)
@@ -107,7 +103,7 @@ def _folded_constants(program: Program) -> tuple[torch.fx.GraphModule, int] | No
               and n.meta["val"].numel() <= FOLD_MAX_ELEMENTS
               and any(u not in weightless for u in n.users)]
     if not folded:
-        return None
+        return 0
     values: dict[torch.fx.Node, object] = {}
     with torch.no_grad():
         for node in module.graph.nodes:
@@ -133,7 +129,60 @@ def _folded_constants(program: Program) -> tuple[torch.fx.GraphModule, int] | No
     graph.eliminate_dead_code()
     graph.lint()
     module.recompile()
-    return module, len(folded)
+    return len(folded)
+
+
+def _f32_arithmetic() -> tuple:
+    """Ops in which a 0-d float64 operand beside a float32 tensor is computed in float32: eager
+    rounds it to float32 first (a 0-d tensor does not widen a tensor of its own category)."""
+    aten = torch.ops.aten
+    return (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor,
+            aten.where.self, aten.maximum.default, aten.minimum.default, aten.eq.Tensor,
+            aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor, aten.gt.Tensor, aten.ge.Tensor)
+
+
+def _narrows_exactly(constant: torch.Tensor, user: torch.fx.Node) -> bool:
+    """Whether `user` computes the same with the float64 `constant` rounded to float32: a cast
+    of it to float32, or arithmetic of it (0-d) with a float32 tensor of rank 1 or more."""
+    aten = torch.ops.aten
+    if user.target in (aten.to.dtype, aten._to_copy.default, aten.to.dtype_layout):
+        dtype = user.kwargs.get("dtype", user.args[1] if len(user.args) > 1 else None)
+        return dtype == torch.float32
+    if user.target not in _f32_arithmetic() or constant.dim() != 0:
+        return False
+    others = [getattr(a.meta.get("val"), "dtype", None) for a in user.all_input_nodes
+              if getattr(a.meta.get("val"), "dim", lambda: 0)() > 0]
+    return torch.float32 in others and torch.float64 not in others
+
+
+def _narrowed_f64(module: torch.fx.GraphModule) -> list[str]:
+    """Each float64 weight, buffer or constant of the module that every reader computes with in
+    float32 anyway (_narrows_exactly) stored as float32, in place; their names. TOSA has no
+    f64; these are what makes torch-mlir emit f64 casts in an otherwise float32 model."""
+    narrowed = []
+    for node in list(module.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = _attribute(module, node.target)
+        checks = [u for u in node.users if u.target is torch.ops.aten._assert_tensor_metadata
+                  .default]          # export's own dtype checks of it: gone with it
+        readers = [u for u in node.users if u not in checks]
+        if not (isinstance(value, torch.Tensor) and value.dtype == torch.float64
+                and readers and all(_narrows_exactly(value, u) for u in readers)):
+            continue
+        for check in checks:
+            module.graph.erase_node(check)
+        name = f"_edgekit_f32_{len(narrowed)}"
+        module.register_buffer(name, value.detach().to(torch.float32), persistent=True)
+        with module.graph.inserting_before(node):
+            attribute = module.graph.get_attr(name)
+        node.replace_all_uses_with(attribute)
+        module.graph.erase_node(node)
+        narrowed.append(str(node.target))
+    if narrowed:
+        module.graph.lint()
+        module.recompile()
+    return narrowed
 
 
 def _in_a_list(node: torch.fx.Node, user: torch.fx.Node) -> bool:
@@ -168,14 +217,22 @@ def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
         and str(n.target).startswith(("aten.upsample_", "aten._upsample_"))})
     if interpolation:
         program = program.run_decompositions(interpolation)
-    folded = _folded_constants(program)
-    if folded is not None:
-        module, count = folded
-        args = tuple(torch.from_numpy(np.array(s)) for s in samples)
-        program = torch.export.export(module, args)
-        notes.append(f"{count} tensor(s) computed from shapes and integer buffers alone "
-                     "(positions, masks, interpolation indices) folded into constants (exact: "
-                     "eager's own values; TOSA takes no i64 arithmetic)")
+    if not any(isinstance(d, torch.SymInt) for n in program.graph.nodes
+               if n.op == "placeholder" for d in getattr(n.meta.get("val"), "shape", ())):
+        # (not with dynamic shapes: an arange of a dimension is no constant there)
+        module = program.module()
+        folded, narrowed = _folded_constants(module), _narrowed_f64(module)
+        if folded or narrowed:
+            args = tuple(torch.from_numpy(np.array(s)) for s in samples)
+            program = torch.export.export(module, args)
+        if folded:
+            notes.append(f"{folded} tensor(s) computed from shapes and integer buffers alone "
+                         "(positions, masks, interpolation indices) folded into constants "
+                         "(exact: eager's own values; TOSA takes no i64 arithmetic)")
+        if narrowed:
+            notes.append(f"{len(narrowed)} float64 constant(s) ({', '.join(narrowed[:3])}"
+                         f"{', …' if len(narrowed) > 3 else ''}) stored as float32 (exact: "
+                         "every use computes in float32, as eager does; TOSA takes no f64)")
     table: dict = {}
     compares = _may_compare_with_a_float(program)
     if compares:
