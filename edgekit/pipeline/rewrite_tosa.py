@@ -179,6 +179,9 @@ def _narrowed_f64(module: torch.fx.GraphModule) -> list[str]:
         node.replace_all_uses_with(attribute)
         module.graph.erase_node(node)
         narrowed.append(str(node.target))
+        if not any(n.op == "get_attr" and n.target == node.target for n in module.graph.nodes):
+            owner, _, leaf = str(node.target).rpartition(".")
+            delattr(module.get_submodule(owner), leaf)   # not kept beside its copy
     if narrowed:
         module.graph.lint()
         module.recompile()
