@@ -98,8 +98,12 @@ def _folded_constants(module: torch.fx.GraphModule) -> int:
     a float weight are left as written."""
     weightless = {n for n in _weightless_nodes(module) if n.op == "call_function"
                   and isinstance(n.meta.get("val"), torch.Tensor)}
+    # a tensor an in-place op changes (T5's `buckets += …`) stays computed: as a constant it
+    # would be a buffer the module mutates
+    mutated = {n.args[0] for n in module.graph.nodes if isinstance(
+        n.target, torch._ops.OpOverload) and n.target._schema.is_mutable and n.args}
     # where one is read by what stays computed (an input's op, or math of float weights)
-    folded = [n for n in module.graph.nodes if n in weightless
+    folded = [n for n in module.graph.nodes if n in weightless and n not in mutated
               and n.meta["val"].numel() <= FOLD_MAX_ELEMENTS
               and any(u not in weightless for u in n.users)]
     if not folded:
@@ -188,6 +192,10 @@ def _narrowed_f64(module: torch.fx.GraphModule) -> list[str]:
     return narrowed
 
 
+def _output_kinds(program: Program) -> list[str]:
+    return [spec.kind.name for spec in program.graph_signature.output_specs]
+
+
 def _in_a_list(node: torch.fx.Node, user: torch.fx.Node) -> bool:
     return any(isinstance(a, (list, tuple)) and node in a
                for a in (*user.args, *user.kwargs.values()))
@@ -218,7 +226,11 @@ def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
     interpolation = torch_mlir.decompositions_of({
         n.target for n in program.graph.nodes if n.op == "call_function"
         and str(n.target).startswith(("aten.upsample_", "aten._upsample_"))})
-    if interpolation:
+    # a grad-mode region (Llama's rotary embedding runs under no_grad) is a higher-order op
+    # in the exported graph, its body out of the folding's reach; tracing again inlines it
+    regions = any(isinstance(n.target, torch._ops.HigherOrderOperator)
+                  and "grad" in str(n.target) for n in program.graph.nodes)
+    if interpolation or regions:
         program = program.run_decompositions(interpolation)
     if not any(isinstance(d, torch.SymInt) for n in program.graph.nodes
                if n.op == "placeholder" for d in getattr(n.meta.get("val"), "shape", ())):
@@ -227,7 +239,13 @@ def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
         folded, narrowed = _folded_constants(module), _narrowed_f64(module)
         if folded or narrowed:
             args = tuple(torch.from_numpy(np.array(s)) for s in samples)
-            program = torch.export.export(module, args)
+            again = torch.export.export(module, args)
+            if _output_kinds(again) != _output_kinds(program):   # a constant became state
+                return program, (f"constants not folded: the folded program's outputs were "
+                                 f"{', '.join(_output_kinds(again))}, not "
+                                 f"{', '.join(_output_kinds(program))} (TOSA may refuse its "
+                                 "i64/f64 ops)",)
+            program = again
         if folded:
             notes.append(f"{folded} tensor(s) computed from shapes and integer buffers alone "
                          "(positions, masks, interpolation indices) folded into constants "

@@ -331,8 +331,6 @@ CORPUS = (
           _image((1, 3, 32, 32))),
     Entry("deeplab", "DeepLabV3-MobileNetV3 (dilated depthwise, ASPP, bilinear upsampling)",
           "deeplab", _image((1, 3, 32, 32))),
-    # its rotary embedding casts positions to float inside a no-grad region (a higher-order
-    # op in the exported graph) that the constant folding does not enter: an i64→f32 cast
     Entry("llama", "Llama-style decoder with LM head, no KV cache (transformers "
-          "LlamaForCausalLM)", "llama", lambda s: (token_ids(s),), lowering="linalg"),
+          "LlamaForCausalLM)", "llama", lambda s: (token_ids(s),)),
 )
