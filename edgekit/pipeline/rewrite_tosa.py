@@ -1,16 +1,23 @@
-"""Part of stage `rewrite` for PyTorch models: comparisons of a float tensor with a Python float
-made in the tensor's own dtype, so that no float64 reaches TOSA.
+"""Part of stage `rewrite` for PyTorch models: what torch-mlir's TOSA lowering would turn
+into ops IREE's TOSA input refuses, made exactly in ops it takes (`legalise_for_tosa`). Each
+change is said in the build's lowering note; a model with none of these is left as it is.
 
-Why: torch-mlir's TOSA lowering of `aten.eq.Scalar(x, s)` (and ne/lt/le/gt/ge) on a float32 `x`
-casts `x` to f64 and compares it with an f64 constant; IREE's TOSA input refuses both
-(`'tosa.cast' op is not profile-aligned: element type 'f64' is not legal`). Every attention
-written with `scaled_dot_product_attention` meets it: torch's decomposition of it checks
-`scores == -inf` to zero fully masked rows. So BERT, T5, Whisper, CLIP and ViT (transformers'
-default `sdpa` attention, or nn.MultiheadAttention) fell back from TOSA to Linalg.
-
-The rewrite is exact: eager PyTorch itself compares a float32 tensor with a Python float
-rounded to float32 (`torch.tensor([0.1]) == 0.1` is True), which is what `x == full((), s,
-dtype=x.dtype)` computes; the f64 lowering is the one that differs from eager there.
+What fell back from TOSA to Linalg, and why (torch-mlir 20261001, IREE 3.13):
+- every attention through `scaled_dot_product_attention` (transformers' default `sdpa`:
+  BERT, DistilBERT, GPT-2, T5, Whisper, CLIP, ViT; nn.MultiheadAttention): torch's
+  decomposition checks `scores == -inf`, and torch-mlir lowers `aten.eq.Scalar` of a float32
+  tensor by casting it to f64 (`'tosa.cast' op is not profile-aligned: element type 'f64'`).
+  Made against a 0-d constant of the tensor's dtype — exactly what eager computes: PyTorch
+  compares a float32 tensor with a Python float rounded to float32 (`torch.tensor([0.1]) ==
+  0.1` is True; the f64 lowering is the one that differs from eager);
+- positions, masks and buckets computed from `arange` and integer buffers (BERT's token-type
+  gather: `tosa.gather` of i64; T5's relative-position buckets and DeepLab's bilinear
+  interpolation indices: i64→f32 `tosa.cast`): folded into constants, with eager's own
+  values;
+- float64 buffers that every use computes with in float32 anyway: stored as float32;
+- grouped (not depthwise) convolutions of more than 16 groups (RegNetY-400MF: 55; `failed to
+  legalize operation 'torch.aten.convolution'`): split into convolutions of at most 16 groups
+  over channel slices, concatenated — the same sums per output channel.
 """
 
 from __future__ import annotations
