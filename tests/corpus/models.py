@@ -231,13 +231,13 @@ class RegNetBlock(nn.Module):
 
 
 def regnet():
-    """RegNetY-style (RegNetY-400MF's block at widths 32 and 144: 4 and 18 groups; more than
-    16 is what torch-mlir's TOSA lowering does not take whole, RegNetY-400MF has 55)."""
+    """RegNetY-style (RegNetY-400MF's block at widths 32 and 256: 4 and 32 groups; 32 and more
+    is what torch-mlir's TOSA lowering does not take whole, RegNetY-400MF has 55)."""
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
-        RegNetBlock(16, 32, 2), RegNetBlock(32, 144, 2),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(144, 10))
+        RegNetBlock(16, 32, 2), RegNetBlock(32, 256, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
     return _randomized_bn(model).eval(), (torch.randn(1, 3, 32, 32),)
 
 
