@@ -40,11 +40,31 @@ def test_the_build_says_it_chose_no_cache(tmp_path):
     assert len(bundle.manifest.more_golden) == 2       # held-out prompts, against eager
 
 
-def static_recipe(tmp_path, length: int = CACHE_LEN):
-    recipe = tmp_path / "llama-static.yaml"
-    recipe.write_text(f'name: llama-gen\nmodel:\n  python: "{LLAMA.python}"\n'
+def static_recipe(tmp_path, length: int = CACHE_LEN, python: str = LLAMA.python):
+    recipe = tmp_path / "llm-static.yaml"
+    recipe.write_text(f'name: llm-gen\nmodel:\n  python: "{python}"\n'
                       f'  cache: static\n  max_cache_len: {length}\n')
     return recipe
+
+
+def qwen2():
+    """Qwen2-style: biased q/k/v projections, grouped-query attention."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    return _tiny(Qwen2Config, Qwen2ForCausalLM)
+
+
+def phi3():
+    """Phi-3-style: fused qkv and gate/up projections."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    return _tiny(Phi3Config, Phi3ForCausalLM, pad_token_id=0)
+
+
+def _tiny(config_class, model_class, **extra):
+    torch.manual_seed(0)
+    config = config_class(vocab_size=models.VOCAB, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          max_position_embeddings=64, eos_token_id=None, **extra)
+    return model_class(config).eval(), (models.token_ids(0),)
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +74,9 @@ def static_host(tmp_path_factory):
                               out=folder / "b", use_cache=False)).bundle
 
 
-def eager_generation(prompt: torch.Tensor):
+def eager_generation(prompt: torch.Tensor, factory=models.llama):
     """transformers' own greedy generation (its DynamicCache): tokens and each step's logits."""
-    model, _ = models.llama()
+    model = factory()[0]
     with torch.no_grad():
         out = model.generate(prompt, max_new_tokens=NEW, do_sample=False, output_logits=True,
                              return_dict_in_generate=True, pad_token_id=0)
@@ -81,10 +101,10 @@ def module_generation(bundle, prompt: np.ndarray):
     return np.array(tokens), steps
 
 
-def assert_generates_like_eager(bundle) -> None:
+def assert_generates_like_eager(bundle, factory=models.llama) -> None:
     for seed in HELD_OUT_SEEDS:
         prompt = LLAMA.held_out(seed)[0]
-        want_tokens, want_logits = eager_generation(prompt)
+        want_tokens, want_logits = eager_generation(prompt, factory)
         tokens, logits = module_generation(bundle, prompt.numpy())
         assert tokens.tolist() == want_tokens.tolist(), (seed, tokens, want_tokens)
         for step, (got, want) in enumerate(zip(logits, want_logits)):
@@ -124,6 +144,15 @@ def test_an_rpi4_static_cache_module_generates_what_transformers_generates(tmp_p
                                 out=tmp_path / "b", use_cache=False)).bundle
     assert bundle.manifest.arch == "aarch64" and bundle.manifest.functions[0].name == "decode"
     assert_generates_like_eager(bundle)          # the aarch64 module under qemu
+
+
+@pytest.mark.parametrize("factory", [qwen2, phi3], ids=["qwen2", "phi3"])
+def test_qwen_and_phi_style_static_cache_modules_generate_like_transformers(factory, tmp_path):
+    bundle = build(BuildOptions(recipe=static_recipe(tmp_path, python=f"{__file__}:"
+                                                     f"{factory.__name__}"),
+                                target="host", out=tmp_path / "b", use_cache=False)).bundle
+    assert validate_local(bundle.path).ok
+    assert_generates_like_eager(bundle, factory)
 
 
 def test_cache_errors_are_one_line(tmp_path):
