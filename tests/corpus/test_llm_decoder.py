@@ -118,6 +118,8 @@ def test_a_static_cache_build_is_a_prefill_and_a_decode_function_in_one_module(s
     assert [s.shape for s in m.functions[0].inputs] == [(1, 1), (1,), (2, 1, 2, CACHE_LEN, 16),
                                                         (2, 1, 2, CACHE_LEN, 16)]
     assert m.inputs[0].shape == (1, 16) and m.outputs[1].shape == (2, 1, 2, CACHE_LEN, 16)
+    assert [o.name for o in m.outputs] == [o.name for o in m.functions[0].outputs] == [
+        "logits", "keys", "values"]
     # three prompts (the golden one, two drawn), each followed by four greedy decode steps
     assert [s.function for s in m.more_golden] == ["", ""] + ["decode"] * 12
     assert any("built with a static KV cache (`cache: static`, max_cache_len 24)" in n

@@ -27,6 +27,8 @@ from edgekit.models.bundle import TensorSig
 
 DECODE_STEPS = 4        # greedy decode steps validated after each prompt's prefill
 DECODE = "decode"       # the second function's name in the module
+DECODE_INPUTS = ("token", "position", "keys", "values")
+OUTPUTS = ("logits", "keys", "values")     # both functions' (tolerances go by these names)
 
 
 def is_causal_lm(model) -> bool:
@@ -166,21 +168,21 @@ def with_decode(exported, pair: DecoderPair, where: str):
             program = torch.export.export(pair.decode, args)
     except Exception as exc:  # torch.export raises many kinds; all mean "cannot export"
         raise export_failure(exc) from None
-    names = ("token", "position", "keys", "values")
-    function = _function(program, names, samples, golden)
+    function = _function(program, samples, golden)
     digest = hashlib.sha256(f"{exported.digest} {DECODE} {program_digest(program)} "
                             f"{pair.length}".encode()).hexdigest()
-    return dataclasses.replace(exported, digest=digest, functions=(function,))
+    outputs = tuple(o.model_copy(update={"name": n}) for o, n in zip(exported.outputs, OUTPUTS))
+    return dataclasses.replace(exported, digest=digest, outputs=outputs, functions=(function,))
 
 
-def _function(program, names, samples, golden):
+def _function(program, samples, golden):
     from edgekit.pipeline.export import ExportedFunction
     return ExportedFunction(
         name=DECODE, program=program,
         inputs=tuple(TensorSig(name=n, shape=a.shape, dtype=str(a.dtype))
-                     for n, a in zip(names, samples[0])),
-        outputs=tuple(TensorSig(name=f"output_{i}", shape=g.shape, dtype=str(g.dtype))
-                      for i, g in enumerate(golden[0])),
+                     for n, a in zip(DECODE_INPUTS, samples[0])),
+        outputs=tuple(TensorSig(name=n, shape=g.shape, dtype=str(g.dtype))
+                      for n, g in zip(OUTPUTS, golden[0])),
         samples=tuple(samples), golden=tuple(golden),
         role="one greedy step: token [1, 1] at `position` [1] with the cache from `main` (or "
              "the previous step) → its logits [1, 1, vocab] and the cache with that position "
