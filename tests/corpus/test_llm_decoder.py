@@ -5,11 +5,14 @@ module with a prefill (`main`) and a `decode` function that generates, step by s
 outputs, the tokens transformers' greedy `generate` gives on held-out prompts. `cache:` errors
 are one line each."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 from edgekit import BuildOptions, build
+from edgekit.errors import ConfigError
 from edgekit.device.deploy import deploy_bundle
 from edgekit.transport.local import LocalTransport
 from edgekit.validate.local import validate_local
@@ -168,9 +171,13 @@ def test_cache_errors_are_one_line(tmp_path):
     for k, (lines, said) in enumerate(cases.items()):
         recipe = tmp_path / f"s{k}.yaml"
         recipe.write_text(f'model:\n  python: "{LLAMA.python}"\n{lines}')
-        proc = edgekit("build", "--recipe", str(recipe), "--target", "host", cwd=tmp_path)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-        assert said in proc.stderr, proc.stderr
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            build(BuildOptions(recipe=recipe, target="host", out=tmp_path / f"b{k}"))
+    # on the command line: one line, exit 2, no traceback
+    proc = edgekit("build", "--recipe", str(tmp_path / "s1.yaml"), "--target", "host",
+                   cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert cases["  cache: static\n  max_cache_len: 18\n"] in proc.stderr
     other = tmp_path / "o.yaml"
     vit = next(e for e in CORPUS if e.name == "vit")
     other.write_text(f'model:\n  python: "{vit.python}"\n  cache: none\n')
