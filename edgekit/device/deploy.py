@@ -746,6 +746,9 @@ def release_extras(bundle: Bundle, tmp: Path, module: str = MODULE) -> list[Path
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
                        + "".join(f"INPUTS_{k}='{' '.join(inputs)}'\n"
                                  for k, inputs in enumerate(sets[1:], 1))
+                       # FUNCTION_<k>: a sample that runs another function (an LLM's decode)
+                       + "".join(f"FUNCTION_{k}={safe_name(s.function, 'function')}\n"
+                                 for k, s in enumerate(m.more_golden, 1) if s.function)
                        + f"NOUTPUTS={len(m.outputs)}\n"
                        # the files run.sh writes (bfloat16/float8 as raw .bin: arrays.py)
                        + "OUTPUTS='" + " ".join(output_file(i, s.dtype)

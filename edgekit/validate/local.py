@@ -45,13 +45,12 @@ def _validate(bundle: Bundle) -> ValidationReport:
                             "for `--target host`")
     m = bundle.manifest
     reports = []
-    for inputs, golden in [(m.golden_inputs, m.golden_outputs),
-                           *((s.inputs, s.outputs) for s in m.more_golden)]:
+    for function, inputs, golden in m.sample_sets():
         started = time.perf_counter()
         with scratch_dir("validate") as scratch:
             outputs = [scratch / output_file(i, sig.dtype) for i, sig in enumerate(m.outputs)]
             try:
-                iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
+                iree.run_module(bundle.module, m.runtime_driver, function,
                                 [bundle.file(p) for p in inputs], outputs,
                                 threads=m.runtime_threads)
             except ToolError as exc:

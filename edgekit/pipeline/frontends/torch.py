@@ -24,7 +24,7 @@ from edgekit.config.recipe import Quantize, Recipe
 from edgekit.errors import ConfigError, ModelLoadError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
-from edgekit.pipeline.frontends.torch_hf import with_cache_choice
+from edgekit.pipeline.frontends.torch_hf import DecoderPair, with_cache_choice, with_decode
 from edgekit.pipeline.load import (LoadedModel, coverage_notes, drawn_note, import_callable,
                                    more_samples_for, sample_inputs)
 from edgekit.pipeline.lower import ImportedGraph
@@ -85,6 +85,8 @@ class TorchFrontend(Frontend[Program]):
         exported = dataclasses.replace(exported, notes=(*exported.notes, *loaded.notes))
         if recipe.validation.reference == "float64":
             exported = float64_golden(exported, run, loaded.model, str(recipe.path))
+        if isinstance(loaded.model, DecoderPair):   # `cache: static`: the decode function too
+            exported = with_decode(exported, loaded.model, str(recipe.path))
         return exported
 
     def exported(self, program: Program, run, samples: tuple[np.ndarray, ...],
@@ -143,10 +145,11 @@ class TorchFrontend(Frontend[Program]):
         # seconds on a large model (ResNet-50: ~5 s). One slot, emptied by the import.
         self._decomposed: tuple[Program, Program] | None = None
 
-    def import_graph(self, graph: Program) -> ImportedGraph:
+    def import_graph(self, graph: Program,
+                     more: tuple[tuple[str, Program], ...] = ()) -> ImportedGraph:
         cached, self._decomposed = self._decomposed, None
         decomposed = cached[1] if cached is not None and cached[0] is graph else None
-        return ImportedGraph(torch_mlir.import_program(graph, decomposed))
+        return ImportedGraph(torch_mlir.import_program(graph, decomposed, more))
 
     def graph_to_check(self, recipe: Recipe) -> tuple[Program, str]:
         exported = self.export(recipe, self.load(recipe))
