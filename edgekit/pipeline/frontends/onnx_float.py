@@ -1,12 +1,17 @@
 """The float model inside a QDQ ONNX model, for the dataset gate's `reference: fp32`: each
-QuantizeLinear → DequantizeLinear pair on an activation becomes an Identity (the activation
-stays float); a weight's DequantizeLinear stays (its int8 rounding is all the file keeps of
-the float weights). A QOperator model (QLinearConv, MatMulInteger, …) has no such float form:
-it is refused here, and `quantize.float_model` or `reference: golden` are the ways out."""
+QuantizeLinear → DequantizeLinear pair on an activation is taken out (the activation stays
+float, unrounded), a weight's DequantizeLinear stays (its int8 rounding is all the file keeps
+of the float weights). A pair whose range starts at 0 (zero point = the type's minimum)
+becomes a Relu: quantizers fold a Relu into such a pair (onnxruntime removes it), and every
+value below 0 saturated to 0 there; a Clip folded the same way keeps its lower bound only.
+A QOperator model (QLinearConv, QGemm, MatMulInteger, …) has no such float form: it is
+refused here, and `quantize.float_model` or `reference: golden` are the ways out."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from edgekit.errors import ConfigError
 
@@ -41,11 +46,13 @@ def without_qdq(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
                           hint="set `quantize.float_model` to the fp32 .onnx, or use "
                                "`reference: golden`")
     produced = {out: n for n in nodes for out in n.output}
+    constants = {t.name: t for t in model.graph.initializer}
     kept = []
     for node in nodes:
         source = produced.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
         if source is not None and source.op_type == "QuantizeLinear":
-            kept.append(onnx.helper.make_node("Identity", [source.input[0]], [node.output[0]],
+            op = "Relu" if _starts_at_zero(source, constants) else "Identity"
+            kept.append(onnx.helper.make_node(op, [source.input[0]], [node.output[0]],
                                               name=f"{node.name or node.output[0]}_float"))
         else:
             kept.append(node)
@@ -72,6 +79,19 @@ def without_qdq(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
     del stripped.graph.initializer[:]
     stripped.graph.initializer.extend(used)
     return stripped
+
+
+def _starts_at_zero(quantize, constants: dict) -> bool:
+    """Whether the QuantizeLinear's range starts at 0: its zero point (a constant; none: uint8
+    0) is its integer type's minimum, so it maps every negative value to 0."""
+    from onnx import numpy_helper
+    name = quantize.input[2] if len(quantize.input) > 2 else ""
+    if not name:
+        return True
+    if name not in constants:
+        return False
+    zero = numpy_helper.to_array(constants[name])
+    return zero.dtype.kind in "iu" and bool(np.all(zero == np.iinfo(zero.dtype).min))
 
 
 def _graph_outputs(model) -> set[str]:
