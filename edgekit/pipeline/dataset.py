@@ -40,8 +40,10 @@ def with_dataset(directory: Path, manifest: Manifest, gate: DatasetGate,
 def attach_dataset(recipe: Recipe, bundle: Bundle, float_model: ExportedModel | None,
                    built: ExportedModel | None) -> Bundle:
     """The build's stage `dataset`: score the recipe's `validation.dataset` with the reference
-    it names (fp32: the float model; golden: the model the golden outputs come from, a
-    quantized build's own), write the set and the score into the bundle and sign it again.
+    it names (fp32: the float model — for an ONNX QDQ model, `quantize.float_model` or the
+    model with its activations' Q/DQ pairs removed; golden: the model the golden outputs come
+    from, a quantized build's own), write the set and the score into the bundle and sign it
+    again.
     A recipe without a dataset gate: the bundle as it is."""
     gate = recipe.validation.dataset
     if gate is None:
@@ -55,14 +57,16 @@ def attach_dataset(recipe: Recipe, bundle: Bundle, float_model: ExportedModel | 
         raise ConfigError("the dataset gate's reference model is not available in this build",
                           where=where, key="validation.dataset.reference")
     try:
-        outputs = [model.frontend.reference_outputs(model, s) for s in samples]
+        reference = model.frontend.dataset_reference(recipe, model, gate.reference == "fp32")
+        outputs = [reference(s) for s in samples]
     except NotImplementedError as exc:
         raise ConfigError(f"validation.dataset: {exc}", where=where,
                           key="validation.dataset",
-                          hint="the dataset gate's reference score needs a PyTorch model "
-                               "(model.python or model.exported)") from None
-    reference = score(gate.metric, outputs, labels)
-    manifest = with_dataset(bundle.path, bundle.manifest, gate, samples, labels, reference)
+                          hint="the dataset gate's reference score needs a PyTorch or an "
+                               "ONNX model") from None
+    reference_score = score(gate.metric, outputs, labels)
+    manifest = with_dataset(bundle.path, bundle.manifest, gate, samples, labels,
+                            reference_score)
     write_manifest(bundle.path, manifest)
     sign_bundle(bundle.path)
     return load_bundle(bundle.path)
