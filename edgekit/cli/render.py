@@ -525,7 +525,10 @@ def check_table(report) -> None:
         out.print(f"whole model, {stage}: {line}", markup=False, highlight=False)
     if report.note:
         out.print(report.note)
-    if report.chosen:
+    if report.refused:    # lowers, but a build refuses it first (the golden check)
+        out.print("[red]not buildable[/]: a build refuses it before lowering: "
+                  + escape(report.refused))
+    elif report.chosen:
         out.print(f"[green]buildable[/]: `lowering: auto` would use {report.chosen}")
     else:
         out.print("[red]not buildable[/] for this target with any lowering")

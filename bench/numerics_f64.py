@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""A module's error against eager float64, relative to eager float32's own (issue 41).
+
+The model is EfficientNet-B0 as torchvision builds it (its layer table, SiLU, squeeze-excite,
+its initialisation; random weights), written here because torchvision's wheel does not import
+beside this torch (facts.md). For each held-out input: eager float64 is the truth; eager float32
+and the IREE module (host, `lowering: auto`) are measured against it, and the ratio module
+error / eager float32 error is the figure (issue 41's done-when: ≤ 2).
+
+    python bench/numerics_f64.py [--inputs 3] [--scale 1.0] [--flags '--iree-…' …]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# torchvision's efficientnet_b0: (expand ratio, kernel, stride, in, out, layers)
+B0 = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+      (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
+
+
+def conv_bn(cin: int, cout: int, k: int = 1, stride: int = 1, groups: int = 1,
+            act: bool = True) -> nn.Sequential:
+    layers = [nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+              nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, *([nn.SiLU()] if act else []))
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, squeeze: int):
+        super().__init__()
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x):
+        s = x.mean((2, 3), keepdim=True)
+        return x * torch.sigmoid(self.fc2(torch.nn.functional.silu(self.fc1(s))))
+
+
+class MBConv(nn.Module):
+    def __init__(self, expand: int, k: int, stride: int, cin: int, cout: int):
+        super().__init__()
+        wide = cin * expand
+        self.residual = stride == 1 and cin == cout
+        self.block = nn.Sequential(
+            *([conv_bn(cin, wide)] if expand != 1 else []),
+            conv_bn(wide, wide, k, stride, groups=wide),
+            SqueezeExcite(wide, max(1, cin // 4)),
+            conv_bn(wide, cout, act=False))
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.residual else y   # stochastic depth: identity in eval
+
+
+class EfficientNetB0(nn.Module):
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        blocks = [conv_bn(3, 32, 3, 2)]
+        for expand, k, stride, cin, cout, n in B0:
+            blocks += [MBConv(expand, k, stride if i == 0 else 1, cin if i == 0 else cout, cout)
+                       for i in range(n)]
+        self.features = nn.Sequential(*blocks, conv_bn(320, 1280))
+        self.classifier = nn.Linear(1280, classes)
+        for m in self.modules():        # torchvision's initialisation
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                r = 1.0 / math.sqrt(m.out_features)
+                nn.init.uniform_(m.weight, -r, r)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
+def _randomized_bn(model: nn.Module, var: tuple[float, float]) -> nn.Module:
+    """Fresh BatchNorm statistics with torchvision's fan-out init shrink the signal ~10× per
+    stage (logits ~1e-14: refused as uninformative); random statistics as the corpus's keep it
+    alive, and small variances make it large (where float32's rounding shows)."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(*var)
+            m.weight.data.uniform_(0.5, 1.5)
+    return model
+
+
+def efficientnet_b0():
+    """BatchNorm statistics as the corpus draws them: logits ~0.1."""
+    torch.manual_seed(0)
+    return _randomized_bn(EfficientNetB0(), (0.5, 1.5)).eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def efficientnet_b0_hot():
+    """Small BatchNorm variances: activations grow to logits ~1e4, as issue 41's run saw
+    (~1.6e3 there)."""
+    torch.manual_seed(0)
+    return _randomized_bn(EfficientNetB0(), (0.05, 0.15)).eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def errors(model: nn.Module, inputs: list[np.ndarray], module_outputs: list[np.ndarray]
+           ) -> list[dict]:
+    wide = __import__("copy").deepcopy(model).double()
+    rows = []
+    with torch.no_grad():
+        for x, got in zip(inputs, module_outputs):
+            exact = wide(torch.from_numpy(x).double()).numpy()
+            eager = model(torch.from_numpy(x)).numpy().astype(np.float64)
+            e32 = float(np.max(np.abs(eager - exact)))
+            mod = float(np.max(np.abs(got.astype(np.float64) - exact)))
+            rows.append({"max_abs_output": float(np.max(np.abs(exact))), "eager_f32_error": e32,
+                         "module_error": mod, "ratio": mod / e32 if e32 else math.inf})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=int, default=3, help="held-out inputs")
+    parser.add_argument("--scale", type=float, default=1.0, help="std of the inputs")
+    parser.add_argument("--flags", nargs="*", default=[], help="extra compile.flags")
+    parser.add_argument("--lowering", default="auto")
+    parser.add_argument("--model", default="efficientnet_b0_hot",
+                        choices=["efficientnet_b0", "efficientnet_b0_hot"])
+    args = parser.parse_args()
+    from edgekit import BuildOptions, build
+    from tests.corpus.harness import run_module
+    with tempfile.TemporaryDirectory(prefix="numerics-f64-") as scratch:
+        os.environ["EDGEKIT_CACHE_DIR"] = str(Path(scratch) / "cache")
+        recipe = Path(scratch) / "effnet.yaml"
+        flags = ", ".join(json.dumps(f) for f in args.flags)
+        recipe.write_text(f"name: effnet-b0\nmodel: {{python: '{Path(__file__).resolve()}:"
+                          f"{args.model}'}}\nlowering: {args.lowering}\n"
+                          f"compile: {{flags: [{flags}]}}\n"
+                          "validation: {reference: float64}\n")
+        result = build(BuildOptions(recipe=recipe, target="host", use_cache=False,
+                                    out=Path(scratch) / "bundle"))
+        manifest = result.bundle.manifest
+        rng = np.random.default_rng(7)
+        inputs = [(rng.standard_normal((1, 3, 224, 224)) * args.scale).astype(np.float32)
+                  for _ in range(args.inputs)]
+        got = [run_module(result.bundle.module, manifest.arch, manifest.runtime_driver,
+                          manifest.entry_function, [x], 1)[0] for x in inputs]
+        model, _ = globals()[args.model]()
+        rows = errors(model, inputs, got)
+    summary = {"model": args.model, "lowering": manifest.lowering.used,
+               "flags": args.flags, "build_s": round(result.seconds, 1),
+               "worst_ratio": max(r["ratio"] for r in rows), "inputs": rows,
+               "notes": [n for n in manifest.model_notes if "float64" in n]}
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
