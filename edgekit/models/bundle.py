@@ -68,6 +68,17 @@ class TensorSig(Frozen):
     dtype: str
 
 
+class FoldedInput(Frozen):
+    """An input whose sample value was built into the module as a constant (a shape or axes
+    input, or one the recipe marks `static: true`): the module ignores what is passed for it,
+    so a sample with another value is refused (validate/folded.py)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    values: tuple[int | float | bool, ...] = pydantic.Field(max_length=4096)  # flattened
+
+
 class LoweringAttempt(Frozen):
     lowering: str
     ok: bool
@@ -235,6 +246,7 @@ class Manifest(Frozen):
     dispatch_configs: str = pydantic.Field(default="", pattern=r"^([0-9a-f]{64})?$")
     dataset: DatasetNote | None = None  # the dataset gate: its files and reference score
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
+    folded_inputs: tuple[FoldedInput, ...] = ()  # inputs built in as constants, with their values
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")

@@ -30,6 +30,9 @@ class ExportedModel(Generic[G]):
     more_samples: tuple[tuple[np.ndarray, ...], ...] = ()
     more_golden: tuple[tuple[np.ndarray, ...], ...] = ()
     notes: tuple[str, ...] = ()            # what loading changed about the model (opset upgrade…)
+    # inputs whose sample value the graph reads as a constant (name, value): the manifest's
+    # `folded_inputs`, refused in later samples that disagree
+    folded: tuple[tuple[str, np.ndarray], ...] = ()
 
 
 def with_signature(frontend: Frontend[G], program: G, digest: str, names: tuple[str, ...],

@@ -19,6 +19,7 @@ from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
+from edgekit.validate.folded import folded_input
 from edgekit.validate.tolerance import with_build_defaults
 
 
@@ -151,6 +152,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         variants=tuple(variants),
         npu=compiled.npu.note if compiled.npu is not None else None,
         model_notes=exported.notes,
+        folded_inputs=tuple(folded_input(name, value) for name, value in exported.folded),
         dispatch_configs=configs,
         files=files,
     )
