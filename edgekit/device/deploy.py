@@ -50,7 +50,7 @@ from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.toolchain.iree import runtime_flags
 from edgekit.toolchain.verified import VerifiedBundle, verify
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
-from edgekit.validate.compare import compare_output
+from edgekit.validate.compare import compare_output, with_float32_ratios
 from edgekit.validate.folded import refuse_disagreeing
 from edgekit.validate.outputs import output_byte_cap, output_file, read_output
 from edgekit.validate.tolerance import output_limits
@@ -817,7 +817,8 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
     finally:
         _remove_quietly(conn, out_dir)
     return ValidationReport(app=m.app, target=m.target, where=conn.where,
-                            ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
+                            ok=all(c.ok for c in comparisons),
+                            outputs=with_float32_ratios(comparisons, m),
                             seconds=round(seconds, 4))
 
 

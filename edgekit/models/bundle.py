@@ -247,6 +247,10 @@ class Manifest(Frozen):
     dataset: DatasetNote | None = None  # the dataset gate: its files and reference score
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     folded_inputs: tuple[FoldedInput, ...] = ()  # inputs built in as constants, with their values
+    # per output: eager float32's max abs error against the float64 golden outputs, over every
+    # validation sample (`validation.reference: float64`); validation reads the module's
+    # error against it (OutputComparison.float32_ratio)
+    float32_error: tuple[float, ...] = ()
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")

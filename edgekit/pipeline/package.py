@@ -152,6 +152,7 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         variants=tuple(variants),
         npu=compiled.npu.note if compiled.npu is not None else None,
         model_notes=exported.notes,
+        float32_error=exported.float32_error,
         folded_inputs=tuple(folded_input(name, value) for name, value in exported.folded),
         dispatch_configs=configs,
         files=files,
