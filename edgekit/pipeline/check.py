@@ -31,6 +31,7 @@ from edgekit.config.profiles import Target, load_target
 from edgekit.config.recipe import Recipe, load_recipe
 from edgekit.errors import EdgekitError
 from edgekit.pipeline.cache import cache_key
+from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.frontends.base import Frontend, OpModule
 from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.lower import ImportedGraph, save_reproducer
@@ -282,9 +283,13 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None,
         from edgekit.pipeline.npu.check import check_npu
         return check_npu(recipe, model, target, repro, on_progress)
     frontend = frontend_for(recipe.model)
-    graph, digest = frontend.graph_to_check(recipe)
-    refusal = _front_refusal(recipe, model) \
-        if frontend.check_scope(graph, target, model).lowerings else None
+    exported, refusal = _as_a_build(recipe, model)
+    # the graph the build lowers (its digest: the one the build's steering asks for); when the
+    # build stops before it has one, the frontend's own take on the model
+    graph, digest = (exported.program, exported.digest) if exported is not None else \
+        frontend.graph_to_check(recipe)
+    if not frontend.check_scope(graph, target, model).lowerings:
+        refusal = None                # the scope's note says why; NotBuildable, as before
     report = check_graph(frontend, graph, model, target, repro, on_progress)
     if refusal is not None:
         report.refused = refusal.headline()
@@ -292,19 +297,25 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None,
     return remember(report, digest, target)
 
 
-def _front_refusal(recipe: Recipe, model: str) -> EdgekitError | None:
-    """What a build of `recipe` refuses before anything lowers — its own front stages (load,
-    export, quantize, the golden check) run as it runs them — or None. The recipe check made
-    for a MODEL file or factory is no file: the refusal is located at MODEL."""
+def _as_a_build(recipe: Recipe, model: str) -> tuple[ExportedModel | None, EdgekitError | None]:
+    """The build's own front stages on `recipe` (load, export, quantize, then the golden
+    check): (the model they export, None) when a build goes on to lower it; (it, the golden
+    check's refusal); (None, the refusal) when it stops earlier. The recipe made for a MODEL
+    file or factory is no file: a refusal is located at MODEL."""
     from edgekit.pipeline.build import FRONT
     from edgekit.pipeline.stages import run_plan
+    exported, refusal = None, None
     try:
-        run_plan(FRONT, recipe, recipe, {}, None)
+        exported = run_plan([s for s in FRONT if s.name != GOLDEN], recipe, recipe, {}, None)
+        next(s for s in FRONT if s.name == GOLDEN).run(recipe, exported)
     except EdgekitError as refused:
         if not model.endswith((".yaml", ".yml")) and refused.where == str(recipe.path):
             refused.where = model
-        return refused
-    return None
+        refusal = refused
+    return exported, refusal
+
+
+GOLDEN = "check golden"     # the build's stage that refuses uninformative golden outputs
 
 
 def _store(digest: str, target: Target) -> Path:
