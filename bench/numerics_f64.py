@@ -13,10 +13,11 @@ error / eager float32 error is the figure (issue 41's done-when: ≤ 2).
 Measured (host, tosa, 2-core shared machine, 2026-12): 5 held-out inputs, logits ~3e4, eager
 float32 off by 0.15–5.7: module off by 0.17–4.2, ratio 0.73 / 1.17 / 2.25 / 4.26 / 0.88 per
 input, 1.16 summed over the five; `validate` on the bundle's own 3 samples: 1.21. The per-input
-ratio is noisy because eager float32's own error swings 40× between inputs. Alone (--parts):
-SiLU 1.5, sigmoid 0.7, the 112×112 mean 2.7, the 1×1 conv over 1152 channels 3.2, the 5×5
-depthwise conv 1.1, a 4096-long dot 7.2 — the excess is the long sums: IREE accumulates a
-contraction's K (and, by default, a reduction) in order, PyTorch's kernels in blocks. No flag
+ratio is noisy because eager float32's own error swings 40× between inputs. Alone (--parts,
+`validate` on the bundle's 3 samples): SiLU 1.5, sigmoid 0.7, the 112×112 mean 2.9, the 1×1
+conv over 1152 channels 2.7, the 5×5 depthwise conv 0.9, a 4096-long dot 3.7 (7.2 with
+weights ±300: tests/integration/test_user_samples.py) — the excess is the long sums: IREE
+accumulates a contraction's K (and, by default, a reduction) in order, PyTorch in blocks. No flag
 fixes it: `--iree-llvmcpu-reassociate-fp-reductions=true` takes the mean to 0.9 but the model to
 2.63 summed (one input 4.2 → 20.7 off); `--iree-dispatch-creation-split-matmul-reduction=4`
 and `--iree-dispatch-creation-enable-split-reduction` change nothing (convolutions).
