@@ -310,7 +310,8 @@ def validation_table(report: ValidationReport) -> None:
     for c in report.outputs:
         top1 = "-" if c.top1_agreement is None else f"{c.top1_agreement:.0%}"
         result = "[green]ok[/]" if c.ok else "[red]FAIL[/] " + "; ".join(c.problems)
-        table.add_row(c.name, "×".join(map(str, c.shape)), f"{c.max_abs_error:.3g}",
+        ratio = "" if c.float32_ratio is None else f" ({c.float32_ratio:.2g}× eager f32)"
+        table.add_row(c.name, "×".join(map(str, c.shape)), f"{c.max_abs_error:.3g}{ratio}",
                       f"{c.max_rel_error:.3g}",
                       "n/a" if c.cosine is None else f"{c.cosine:.6f}", top1, result)
     out.print(table)
@@ -539,7 +540,10 @@ def check_table(report) -> None:
         out.print(f"whole model, {stage}: {line}", markup=False, highlight=False)
     if report.note:
         out.print(report.note)
-    if report.chosen:
+    if report.refused:    # lowers, but a build refuses it first (the golden check)
+        out.print("[red]not buildable[/]: a build refuses it before lowering: "
+                  + escape(report.refused))
+    elif report.chosen:
         out.print(f"[green]buildable[/]: `lowering: auto` would use {report.chosen}")
     else:
         out.print("[red]not buildable[/] for this target with any lowering")

@@ -68,6 +68,17 @@ class TensorSig(Frozen):
     dtype: str
 
 
+class FoldedInput(Frozen):
+    """An input whose sample value was built into the module as a constant (a shape or axes
+    input, or one the recipe marks `static: true`): the module ignores what is passed for it,
+    so a sample with another value is refused (validate/folded.py)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    values: tuple[int | float | bool, ...] = pydantic.Field(max_length=4096)  # flattened
+
+
 class LoweringAttempt(Frozen):
     lowering: str
     ok: bool
@@ -252,6 +263,11 @@ class Manifest(Frozen):
     dataset: DatasetNote | None = None  # the dataset gate: its files and reference score
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
     functions: tuple[ModuleFunction, ...] = ()  # module functions besides entry_function
+    folded_inputs: tuple[FoldedInput, ...] = ()  # inputs built in as constants, with their values
+    # per output: eager float32's max abs error against the float64 golden outputs, over every
+    # validation sample (`validation.reference: float64`); validation reads the module's
+    # error against it (OutputComparison.float32_ratio)
+    float32_error: tuple[float, ...] = ()
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")

@@ -16,6 +16,7 @@ from edgekit.models.dataset import DatasetNote
 from edgekit.pipeline.export import ExportedModel
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.validate.dataset import load_set, score
+from edgekit.validate.folded import first_disagreement, folded_input
 
 
 def with_dataset(directory: Path, manifest: Manifest, gate: DatasetGate,
@@ -52,6 +53,15 @@ def attach_dataset(recipe: Recipe, bundle: Bundle, float_model: ExportedModel | 
     samples, labels = load_set(recipe.resolve(gate.samples), recipe.resolve(gate.labels),
                                inputs=len(bundle.manifest.inputs), limit=gate.limit,
                                where=where)
+    folded = built.folded if built is not None else ()
+    found = first_disagreement(tuple(folded_input(n, v) for n, v in folded),
+                               bundle.manifest.inputs,
+                               ((f"sample {k}", s) for k, s in enumerate(samples)))
+    if found is not None:   # the module ignores that input: the score would be of another model
+        raise ConfigError(f"{found[0]}: {found[1]}", where=where,
+                          key="validation.dataset.samples",
+                          hint="give the dataset the value the recipe's `samples:` fix, or "
+                               "build from samples of the dataset's value")
     model = float_model if gate.reference == "fp32" else built
     if model is None:
         raise ConfigError("the dataset gate's reference model is not available in this build",

@@ -45,6 +45,11 @@ class ExportedModel(Generic[G]):
     more_golden: tuple[tuple[np.ndarray, ...], ...] = ()
     notes: tuple[str, ...] = ()            # what loading changed about the model (opset upgrade…)
     functions: tuple[ExportedFunction[G], ...] = ()  # more functions of the module (decode)
+    # inputs whose sample value the graph reads as a constant (name, value): the manifest's
+    # `folded_inputs`, refused in later samples that disagree
+    folded: tuple[tuple[str, np.ndarray], ...] = ()
+    # per output: eager float32's max abs error against float64 goldens (reference: float64)
+    float32_error: tuple[float, ...] = ()
 
 
 def with_signature(frontend: Frontend[G], program: G, digest: str, names: tuple[str, ...],

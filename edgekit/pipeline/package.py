@@ -20,6 +20,7 @@ from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
+from edgekit.validate.folded import folded_input
 from edgekit.validate.tolerance import with_build_defaults
 
 
@@ -164,6 +165,8 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         model_notes=exported.notes,
         functions=tuple(ModuleFunction(name=f.name, inputs=f.inputs, outputs=f.outputs,
                                        role=f.role) for f in exported.functions),
+        float32_error=exported.float32_error,
+        folded_inputs=tuple(folded_input(name, value) for name, value in exported.folded),
         dispatch_configs=configs,
         files=files,
     )

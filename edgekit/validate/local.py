@@ -13,6 +13,7 @@ from edgekit.models.report import ValidationReport
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import scratch_dir
 from edgekit.validate.compare import compare_output_files
+from edgekit.validate.folded import refuse_disagreeing
 from edgekit.validate.outputs import output_file
 from edgekit.validate.samples import worst_per_output
 
@@ -35,6 +36,7 @@ def validate_local(path: str | Path) -> ValidationReport:
 
 def _validate(bundle: Bundle) -> ValidationReport:
     bundle.verify()
+    refuse_disagreeing(bundle)    # a sample the module would ignore part of
     reason = host_cannot_run(bundle)
     if reason:
         npu_only = bundle.manifest.backend == "none"

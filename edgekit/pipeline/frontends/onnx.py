@@ -184,7 +184,7 @@ class OnnxFrontend(Frontend[Model]):
                                   loaded.input_names, shapes, sets[0], goldens[0],
                                   reference=ref.name, notes=notes)
         return dataclasses.replace(exported, more_samples=tuple(sets[1:]),
-                                   more_golden=tuple(goldens[1:]))
+                                   more_golden=tuple(goldens[1:]), folded=tuple(values.items()))
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         """ONNX models arrive quantized: "int8" is the (QDQ) model as it is, "none" the fp32

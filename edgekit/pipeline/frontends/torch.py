@@ -264,19 +264,21 @@ def float64_golden(exported: ExportedModel, run, model, where: str) -> ExportedM
                           hint="make the model follow its inputs' dtype, or leave the "
                                "reference at float32") from None
     goldens = [exported.golden, *exported.more_golden]
-    worst, scale = 0.0, 0.0
+    per_output, scale = [0.0] * len(goldens[0]), 0.0
     for wide_out, narrow in zip(exact, goldens):
-        for w, n in zip(wide_out, narrow):
+        for i, (w, n) in enumerate(zip(wide_out, narrow)):
             if w.dtype.kind == "f" and w.size:
-                worst = max(worst, float(np.max(np.abs(w - n.astype(np.float64)))))
+                per_output[i] = max(per_output[i], float(np.max(np.abs(w - n.astype(np.float64)))))
                 scale = max(scale, float(np.max(np.abs(w))))
+    worst = max(per_output, default=0.0)
     note = (f"golden outputs from eager float64 (`validation.reference: float64`): eager "
             f"float32 is off from them by {worst:.3g} at most (largest |output| {scale:.3g}); "
             "the module's error in `edgekit validate` reads against that")
     return dataclasses.replace(
         exported, golden=rounded(exact[0], goldens[0]),
         more_golden=tuple(rounded(e, g) for e, g in zip(exact[1:], goldens[1:])),
-        reference=f"{exported.reference} in float64", notes=(*exported.notes, note))
+        reference=f"{exported.reference} in float64", notes=(*exported.notes, note),
+        float32_error=tuple(per_output))
 
 
 def eager_outputs(run, samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
