@@ -38,6 +38,8 @@
 set -eu
 export LC_ALL=C
 here=$(cd "$(dirname "$0")" && pwd)
+shims=$here who=install_bundle
+. "$here/release_steps.sh"   # journal, live, rollback_target, put_back, hook_or_put_back
 PLAN_NS=edgekit-bundle
 
 die() { echo "install_bundle: $*" >&2; exit 1; }
@@ -45,16 +47,6 @@ usage() { echo "usage: install_bundle.sh stage-validate ROOT APP DIR | activate 
   "RELEASE | rollback ROOT APP" >&2; exit 2; }
 safe() {  # safe WHAT VALUE: a plain name (no path, no shell meaning)
   case $2 in ''|.*|*[!A-Za-z0-9._-]*) die "unexpected $1 '$2'" ;; esac
-}
-journal() {
-  printf '{"ts": %s, "event": "%s", "release": "%s"}\n' "$(date +%s)" "$1" "$2" \
-    >> "$app/journal.jsonl"
-}
-live() { link=$(readlink "$app/current" 2>/dev/null) || link=; echo "${link##*/}"; }
-# the rollback target: the newest activated release that is not current
-target() {
-  sed -n 's/.*"event": "activate", "release": "\([^"]*\)".*/\1/p' "$app/journal.jsonl" \
-    2>/dev/null | grep -vxF "$(live)" | tail -n 1 || true
 }
 signers() {
   s=/etc/edgekit/allowed_signers
@@ -388,7 +380,7 @@ stage_validate() {  # stage_validate DIR
     return 0
   fi
   journal rejected "$release"
-  if [ "$release" != "$(live)" ] && [ "$release" != "$(target)" ]; then
+  if [ "$release" != "$(live)" ] && [ "$release" != "$(rollback_target)" ]; then
     rm -rf "$rel"
   fi
   back="the app has no current release"
@@ -399,27 +391,11 @@ stage_validate() {  # stage_validate DIR
 }
 
 # --- activate / rollback ---------------------------------------------------------------------
-run_hook() {  # run_hook NAME RELEASE PREVIOUS: 0, or puts PREVIOUS back and exits 1
+run_hook() {  # run_hook NAME RELEASE PREVIOUS: the plan's hook; a failure puts PREVIOUS back
   command=$(sed -n "s/^hook $1 //p" "$app/.plan-$2" 2>/dev/null | head -n 1)
-  [ -n "$command" ] && [ "$command" != - ] || return 0
-  command=$(printf '%b' "$command")
+  [ "$command" != - ] || command=
   timeout=$(sed -n 's/^hook_timeout //p' "$app/.plan-$2" | head -n 1)
-  EDGEKIT_APP=$appname EDGEKIT_RELEASE=$2 EDGEKIT_RELEASE_DIR=$app/releases/$2 \
-    sh "$here/hook.sh" "${timeout:-60}" "$command" </dev/null && return 0
-  code=$?
-  journal "$1-failed" "$2"
-  if [ -n "$3" ] && [ "$3" != "$2" ]; then
-    sh "$here/verify.sh" "$app/releases/$3" >/dev/null &&
-      sh "$here/activate.sh" "$app" "$3" && journal rollback "$3"
-    back="\`current\` is back on $3"
-  elif [ -z "$3" ]; then
-    rm -f "$app/current" && journal deactivate ""
-    back="the app has no current release again"
-  else
-    back="$2 stays current (it was before)"
-  fi
-  echo "install_bundle: the $1 hook exited with $code; $back" >&2
-  exit 1
+  hook_or_put_back "$1" "$2" "$3" "${timeout:-60}" "$(printf '%b' "$command")" || exit 1
 }
 
 activate_release() {  # activate_release RELEASE
@@ -447,7 +423,7 @@ activate_release() {  # activate_release RELEASE
 }
 
 rollback_release() {
-  back=$(target)
+  back=$(rollback_target)
   [ -n "$back" ] || die "no earlier release of $appname to go back to"
   safe release "$back"
   sh "$here/verify.sh" "$app/releases/$back" >/dev/null || \

@@ -45,6 +45,13 @@ class Report:
     results: list[BenchResult]
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def scores(self) -> list[BenchResult]:
+        """The newest result of each device × app × release that has a dataset score (its
+        accuracy beside its latency)."""
+        newest = {(r.device, r.app, r.release): r for r in self.results if r.dataset}
+        return list(newest.values())
+
 
 def run(options: BenchOptions, on_progress: Progress | None = None, html: Path | None = None,
         all_lab: bool = False) -> BenchRun:

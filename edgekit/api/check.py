@@ -9,7 +9,8 @@ from collections.abc import Callable
 def check(model: str, target: str = "host", trust_pickle: bool = False,
           on_progress: Callable[[str], None] | None = None):
     """The check report (edgekit.pipeline.check.CheckReport, or an NPU placement report
-    with `accelerator`); `report.buildable` says whether a build can succeed."""
+    with `accelerator`); `report.buildable` says whether a build can succeed, and
+    `report.refused` why a build refuses the model before lowering it (the golden check)."""
     from edgekit.pipeline.check import run_check
     return run_check(model, target, trust_pickle=trust_pickle, on_progress=on_progress)
 

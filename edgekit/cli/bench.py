@@ -134,11 +134,16 @@ def bench_history(app: str | None, as_json: bool) -> None:
 @JSON
 @handle_errors
 def bench_report(app: str | None, html: Path, as_json: bool) -> None:
-    """HTML report of the stored history (distribution, thread scaling, releases)."""
+    """HTML report of the stored history (distribution, thread scaling, releases, dataset
+    scores); each scored release's accuracy beside its latency here too."""
     from edgekit.api.bench import report
     written = report(html, app)
     say_skipped(written.notes)
     if as_json:
-        render.emit_json({"html": str(written.html), "results": len(written.results)})
+        render.emit_json({"html": str(written.html), "results": len(written.results),
+                          "scores": [{"device": r.device, "app": r.app, "release": r.release,
+                                      "p50_ms": r.latency.p50_ms, **r.dataset.model_dump()}
+                                     for r in written.scores]})
         return
     render.out.print(f"report: {html} ({len(written.results)} results)")
+    render.score_lines(written.scores)

@@ -20,7 +20,8 @@ from edgekit.cli.common import JSON, TRUST_PICKLE, WIDE, examples, handle_errors
 @handle_errors
 def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
     """Which operators of MODEL (.onnx, .pt2, recipe .yaml or module:factory) make it through
-    import, TOSA, Linalg and the target's compiler. Exit 0 when the model can be built."""
+    import, TOSA, Linalg and the target's compiler. Exit 0 when the model can be built; a model
+    the build refuses before lowering (uninformative golden outputs) exits as that build would."""
     from edgekit.api.check import check as run_check, unsupported_ops
     from edgekit.errors import NotBuildable
     with render.status("checking operators…") as status:
@@ -40,6 +41,8 @@ def check(model: str, target: str, trust_pickle: bool, as_json: bool) -> None:
         raise NotBuildable(f"{', '.join(bad)}: neither the NPU nor the CPU fallback of "
                            f"{target} runs {'it' if len(bad) == 1 else 'them'}",
                            hint="replace the op, or pick a target with a CPU (see the reasons)")
+    if getattr(report, "refusal", None) is not None:   # as the build refuses it, same exit
+        raise report.refusal
     if not report.buildable:
         raise NotBuildable(f"no lowering builds {model} for {target}",
                            hint="see each operator's first failure and its reproducer")

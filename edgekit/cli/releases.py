@@ -24,14 +24,16 @@ from edgekit.cli.dry_run import DRY_RUN_HELP, show_dry_run
 @WIDE
 @handle_errors
 def releases(host: str, app: str, identity: Path | None, as_json: bool) -> None:
-    """Releases of an app on a device, newest first; * marks current."""
+    """Releases of an app on a device, newest first; * marks current. A release's dataset
+    score is its last on this device (`validation.dataset`)."""
     from edgekit.api.releases import releases as list_releases
     from edgekit.config.address import safe_name
     safe_name(app, "app")             # a bad name, before "connecting to …"
     with connecting(host):
         found = list_releases(host, app, identity)
     if as_json:
-        render.emit_json([vars(i) for i in found.releases])
+        render.emit_json([{**vars(i), "dataset": i.dataset and i.dataset.model_dump()}
+                          for i in found.releases])
         return
     render.releases_table(found.device, app, found.releases)
 

@@ -310,7 +310,8 @@ def validation_table(report: ValidationReport) -> None:
     for c in report.outputs:
         top1 = "-" if c.top1_agreement is None else f"{c.top1_agreement:.0%}"
         result = "[green]ok[/]" if c.ok else "[red]FAIL[/] " + "; ".join(c.problems)
-        table.add_row(c.name, "×".join(map(str, c.shape)), f"{c.max_abs_error:.3g}",
+        ratio = "" if c.float32_ratio is None else f" ({c.float32_ratio:.2g}× eager f32)"
+        table.add_row(c.name, "×".join(map(str, c.shape)), f"{c.max_abs_error:.3g}{ratio}",
                       f"{c.max_rel_error:.3g}",
                       "n/a" if c.cosine is None else f"{c.cosine:.6f}", top1, result)
     out.print(table)
@@ -443,10 +444,14 @@ def releases_table(device: str, app: str, infos) -> None:
     if not infos:   # a table of headers alone reads as a fault
         out.print(f"no releases of {app} on {device}")
         return
+    scored = any(i.dataset for i in infos)     # a column only where a gate ever scored
     table = fitted_table(f"{app} on {device}", [("", "short"), ("release", "short"),
-                                                ("target", "short"), ("created", "short")])
+                                                ("target", "short"), ("created", "short")]
+                         + ([("dataset score", "short")] if scored else []))
     for i in infos:
-        table.add_row("*" if i.current else "", i.release, escape(i.target), i.created_at)
+        score = [str(i.dataset) if i.dataset else "-"] if scored else []
+        table.add_row("*" if i.current else "", i.release, escape(i.target),
+                      escape(i.created_at), *score)
     out.print(table)
 
 
@@ -454,7 +459,8 @@ def bench_table(results, with_ids: bool = False) -> None:
     """Side by side: one row per app × threads, one column group per device."""
     devices = list(dict.fromkeys(r.device for r in results))
     rows = list(dict.fromkeys((r.app, r.config.get("threads")) for r in results))
-    table = fitted_table("p50 / p90 / p99 ms per call (calls/s, peak RSS)",
+    scored = "; dataset score" if any(r.dataset for r in results) else ""
+    table = fitted_table(f"p50 / p90 / p99 ms per call (calls/s, peak RSS{scored})",
                          [("app", "short"), ("thr", "num")] + [(escape(d), "short")
                                                               for d in devices])
     latest = {(r.device, r.app, r.config.get("threads")): r for r in results}
@@ -467,6 +473,8 @@ def bench_table(results, with_ids: bool = False) -> None:
                 continue
             mark = "" if r.reliable else " [red]unreliable[/]"
             ident = f"\n{r.id}" if with_ids else ""
+            # the release's accuracy beside its speed (a checked metric name: no markup)
+            ident = (f"\n{r.dataset}" if r.dataset else "") + ident
             cells.append(f"{r.latency.p50_ms:.3f} / {r.latency.p90_ms:.3f} / "
                          f"{r.latency.p99_ms:.3f}\n({r.latency.throughput_per_s:.0f}/s, "
                          f"{r.peak_rss_kb / 1024:.0f} MiB){mark}{ident}")
@@ -477,6 +485,13 @@ def bench_table(results, with_ids: bool = False) -> None:
             out.print(f"[yellow]{untrusted(r.device)} {untrusted(r.app)} "
                       f"{untrusted(r.config.get('threads'))}t unreliable:[/] "
                       + untrusted("; ".join(r.unreliable_reasons)), highlight=False)
+
+
+def score_lines(results) -> None:
+    """`bench report`: each scored device × release, its dataset score beside its p50."""
+    for r in results:
+        out.print(f"  {untrusted(r.device)} {untrusted(r.app)} {untrusted(r.release)}: "
+                  f"{r.dataset}, p50 {r.latency.p50_ms:.3f} ms", highlight=False)
 
 
 def comparison_table(comparisons, title: str = "against the previous release") -> None:
@@ -525,7 +540,10 @@ def check_table(report) -> None:
         out.print(f"whole model, {stage}: {line}", markup=False, highlight=False)
     if report.note:
         out.print(report.note)
-    if report.chosen:
+    if report.refused:    # lowers, but a build refuses it first (the golden check)
+        out.print("[red]not buildable[/]: a build refuses it before lowering: "
+                  + escape(report.refused))
+    elif report.chosen:
         out.print(f"[green]buildable[/]: `lowering: auto` would use {report.chosen}")
     else:
         out.print("[red]not buildable[/] for this target with any lowering")

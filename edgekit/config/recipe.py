@@ -46,7 +46,13 @@ class ModelSource(Frozen):
     cache: Literal["none", "static"] | None = pydantic.Field(
         default=None,
         description="a Hugging Face causal LM's KV cache: `none` (each call takes the whole "
-                    "prompt; what edgekit chooses when not set) or `static` (not built yet)")
+                    "prompt; what edgekit chooses when not set) or `static` (generation: "
+                    "function `main` prefills the prompt into a fixed-size cache, `decode` "
+                    "takes one token; needs `max_cache_len`)")
+    max_cache_len: int | None = pydantic.Field(
+        default=None, ge=2, le=1 << 20,
+        description="`cache: static`: the positions the KV cache holds (prompt and "
+                    "generated tokens)")
 
     @pydantic.model_validator(mode="after")
     def _exactly_one(self) -> "ModelSource":
@@ -57,6 +63,9 @@ class ModelSource(Frozen):
         if self.cache and not self.python:
             raise ValueError("`cache` is for a `python: module:factory` model (a Hugging Face "
                              "causal LM)")
+        if (self.cache == "static") != (self.max_cache_len is not None):
+            raise ValueError("`cache: static` needs `max_cache_len: N` (the positions its KV "
+                             "cache holds), and `max_cache_len` is for `cache: static` only")
         if self.trust_pickle and not self.exported:
             raise ValueError("`trust_pickle` is for an `exported: file.pt2` model")
         if self.python and ":" not in self.python:

@@ -25,7 +25,7 @@ from edgekit.device.deploy import deploy_bundle, preflight_target
 from edgekit.device.history import store
 from edgekit.device.probe import SHIMS, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
-from edgekit.device.releases import current_release, verify_release
+from edgekit.device.releases import current_release, release_scores, verify_release
 from edgekit.device.trust import check_signature
 from edgekit.errors import (BundleError, ConfigError, DeviceAnswerRefused, RemoteCommandFailed,
                             printable)
@@ -108,6 +108,7 @@ def _bench_hosts(options: BenchOptions, bundle: Bundle | None,
             # corruption on the device shows as a sha256 mismatch, not as an IREE error
             verify_release(conn, app, release, layout.shims_dir(shim_version()))
             manifest = remote_manifest(conn, app, release)
+            scored = release_scores(conn, app).get(release)   # shown beside its latency
             configs = run_configs(manifest, options.threads)
             per_round = -(-options.repetitions // options.rounds)
             runs: dict[tuple[int, str], list[RoundRun]] = {c: [] for c in configs}
@@ -126,6 +127,7 @@ def _bench_hosts(options: BenchOptions, bundle: Bundle | None,
                 result = summarize(conn, info.arch, app, release, manifest, threads,
                                    runs[(threads, driver)], options, device=device_label(host),
                                    driver=driver)
+                result = result.model_copy(update={"dataset": scored})
                 store(result)
                 results.append(result)
     if on_progress:

@@ -50,7 +50,8 @@ from edgekit.models.report import OutputComparison, ValidationReport
 from edgekit.toolchain.iree import runtime_flags
 from edgekit.toolchain.verified import VerifiedBundle, verify
 from edgekit.transport.base import SPACE_HINT, Transport, out_of_space, space_left
-from edgekit.validate.compare import compare_output
+from edgekit.validate.compare import compare_output, with_float32_ratios
+from edgekit.validate.folded import refuse_disagreeing
 from edgekit.validate.outputs import output_byte_cap, output_file, read_output
 from edgekit.validate.tolerance import output_limits
 from edgekit.validate.samples import worst_per_output
@@ -289,6 +290,7 @@ def preflight_step(conn: Transport, bundle: VerifiedBundle, policy: DeployPolicy
     downgrade. Changes nothing on the device (a dry run is this step alone)."""
     m = bundle.manifest
     refuse_npu_only(m.target, m.backend)
+    refuse_disagreeing(bundle)       # samples whose folded inputs differ: nothing uploaded
     app, release = safe_name(m.app, "app"), release_id(bundle)
     info = probe(conn)
     payload = sum(bundle.file(f).stat().st_size for f in m.files)
@@ -746,6 +748,9 @@ def release_extras(bundle: Bundle, tmp: Path, module: str = MODULE) -> list[Path
                        f"INPUTS='{' '.join(m.golden_inputs)}'\n"
                        + "".join(f"INPUTS_{k}='{' '.join(inputs)}'\n"
                                  for k, inputs in enumerate(sets[1:], 1))
+                       # FUNCTION_<k>: a sample that runs another function (an LLM's decode)
+                       + "".join(f"FUNCTION_{k}={safe_name(s.function, 'function')}\n"
+                                 for k, s in enumerate(m.more_golden, 1) if s.function)
                        + f"NOUTPUTS={len(m.outputs)}\n"
                        # the files run.sh writes (bfloat16/float8 as raw .bin: arrays.py)
                        + "OUTPUTS='" + " ".join(output_file(i, s.dtype)
@@ -815,7 +820,8 @@ def _validate_sample(conn: Transport, bundle: Bundle, release_dir: str, runtime:
     finally:
         _remove_quietly(conn, out_dir)
     return ValidationReport(app=m.app, target=m.target, where=conn.where,
-                            ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
+                            ok=all(c.ok for c in comparisons),
+                            outputs=with_float32_ratios(comparisons, m),
                             seconds=round(seconds, 4))
 
 

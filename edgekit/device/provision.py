@@ -32,7 +32,7 @@ from edgekit.transport.base import Transport
 
 TOOLS = ("iree-run-module", "iree-benchmark-module", "iree-cpuinfo")
 SHIM_FILES = ("probe.sh", "verify.sh", "activate.sh", "run.sh", "bench.sh", "conditions.sh",
-              "hook.sh", "install_bundle.sh", "runs.sh")
+              "hook.sh", "install_bundle.sh", "release_steps.sh", "runs.sh")
 WHEEL_PLATFORM = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}
 
 

@@ -21,9 +21,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pydantic
+
 from edgekit.device import layout
-from edgekit.errors import ConfigError, EdgekitError, RemoteCommandFailed
+from edgekit.errors import ConfigError, EdgekitError, RemoteCommandFailed, printable
 from edgekit.config.address import safe_name
+from edgekit.models.dataset import DatasetScore
 from edgekit.transport.base import Transport
 
 
@@ -38,6 +41,35 @@ class ReleaseInfo:
     current: bool
     target: str
     created_at: str
+    dataset: DatasetScore | None = None    # its last dataset-gate score on this device
+
+
+def dataset_score(event: object) -> DatasetScore | None:
+    """A journal line's `scored` event as a DatasetScore; None for any other event and for
+    one edgekit did not write (the device is not trusted: DatasetScore checks the metric's
+    name and that each figure is a finite number in range)."""
+    if not isinstance(event, dict) or event.get("event") != "scored":
+        return None
+    try:
+        return DatasetScore.model_validate(
+            {k: event.get(k) for k in ("metric", "reference_score", "measured", "drop")})
+    except pydantic.ValidationError:
+        return None
+
+
+def release_scores(conn: Transport, app: str) -> dict[str, DatasetScore]:
+    """Each release's last dataset-gate score in the journal's tail (`scored` events)."""
+    scores: dict[str, DatasetScore] = {}
+    for line in (conn.read_tail(layout.journal(app)) or "").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        score = dataset_score(event)
+        release = event.get("release") if score else None
+        if isinstance(release, str) and RELEASE_ID.fullmatch(release):
+            scores[release] = score
+    return scores
 
 
 def activate(conn: Transport, app: str, release: str, shims: str) -> None:
@@ -121,16 +153,19 @@ def protected_releases(conn: Transport, app: str) -> tuple[str | None, str | Non
 
 def describe_releases(conn: Transport, app: str) -> list[ReleaseInfo]:
     current = current_release(conn, app)
+    scores = release_scores(conn, app)
     infos = []
     for name, mtime in list_releases(conn, app):
         target = created = ""
         try:  # a release whose manifest cannot be read is still listed
             manifest = json.loads(conn.read_text(f"{layout.release_dir(app, name)}/manifest.json")
                                   or "{}")
-            target, created = manifest.get("target", ""), manifest.get("created_at", "")
-        except (RemoteCommandFailed, ValueError):
+            target, created = (printable(str(manifest.get(k) or ""))[:100]
+                               for k in ("target", "created_at"))
+        except (RemoteCommandFailed, ValueError, AttributeError):   # not a JSON object
             pass
-        infos.append(ReleaseInfo(name, mtime, name == current, target, created))
+        infos.append(ReleaseInfo(name, mtime, name == current, target, created,
+                                 scores.get(name)))
     return infos
 
 

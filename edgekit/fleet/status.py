@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from edgekit.config.fleet import Fleet, FleetDevice
 from edgekit.device import layout
 from edgekit.device.bench import remote_manifest
-from edgekit.device.releases import RELEASE_ID, current_release
+from edgekit.device.releases import RELEASE_ID, current_release, dataset_score
 from edgekit.errors import DeviceAnswerRefused, EdgekitError, printable
 from edgekit.models.fleet import FleetDeviceStatus, LastValidation
 from edgekit.config.address import safe_name
@@ -82,13 +80,10 @@ def last_validation(conn: Transport, app: str) -> LastValidation | None:
     return None
 
 
-METRIC = re.compile(r"^[A-Za-z0-9_.:]{1,100}$")
-
-
 def _score_before(lines: list[str], release: str) -> str | None:
     """The dataset gate's score of `release`: its `scored` event just before the validation
-    event (no other validation between). Untrusted: a value that is not a plain metric name
-    and finite numbers is left out (None)."""
+    event (no other validation between). Untrusted: an event edgekit did not write is left
+    out (None; device/releases.py's dataset_score checks it)."""
     for line in reversed(lines[-20:]):
         try:
             event = json.loads(line)
@@ -98,10 +93,6 @@ def _score_before(lines: list[str], release: str) -> str | None:
             return None
         if event.get("event") != "scored" or event.get("release") != release:
             continue
-        metric, ref, got = event.get("metric"), event.get("reference_score"), \
-            event.get("measured")
-        if not (isinstance(metric, str) and METRIC.fullmatch(metric)) or not all(
-                type(v) in (int, float) and math.isfinite(v) for v in (ref, got)):
-            return None
-        return f"{metric} {got:.4f} (ref {ref:.4f})"
+        score = dataset_score(event)
+        return None if score is None else str(score)
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgekit.config.schema_base import Frozen
+from edgekit.models.dataset import DatasetScore
 
 
 class LatencyStats(Frozen):
@@ -45,6 +46,7 @@ class BenchResult(Frozen):
     reliable: bool
     unreliable_reasons: tuple[str, ...] = ()
     versions: dict[str, str] = {}          # edgekit, iree runtime
+    dataset: DatasetScore | None = None    # the release's last dataset-gate score there
 
 
 class Comparison(Frozen):

@@ -68,6 +68,17 @@ class TensorSig(Frozen):
     dtype: str
 
 
+class FoldedInput(Frozen):
+    """An input whose sample value was built into the module as a constant (a shape or axes
+    input, or one the recipe marks `static: true`): the module ignores what is passed for it,
+    so a sample with another value is refused (validate/folded.py)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    values: tuple[int | float | bool, ...] = pydantic.Field(max_length=4096)  # flattened
+
+
 class LoweringAttempt(Frozen):
     lowering: str
     ok: bool
@@ -196,6 +207,22 @@ class GoldenSet(Frozen):
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    # the module function this sample runs ("": the entry function; see ModuleFunction)
+    function: str = pydantic.Field(default="", pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,63})?$")
+
+
+# --- a module with more than one function (an LLM's prefill and decode) -----------------------
+
+class ModuleFunction(Frozen):
+    """A further function of module.vmfb besides the entry one (a static-KV-cache LLM's
+    `decode` beside its `main` prefill): its signature; its validation samples are the
+    `more_golden` sets that name it. Its outputs match the entry function's in number and
+    dtype (the device's run.sh writes the same output files for every sample)."""
+
+    name: str = pydantic.Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    inputs: tuple[TensorSig, ...]
+    outputs: tuple[TensorSig, ...]
+    role: str = ""                    # what it does, for an application that calls it
 
 
 class Manifest(Frozen):
@@ -235,6 +262,12 @@ class Manifest(Frozen):
     dispatch_configs: str = pydantic.Field(default="", pattern=r"^([0-9a-f]{64})?$")
     dataset: DatasetNote | None = None  # the dataset gate: its files and reference score
     model_notes: tuple[str, ...] = ()  # what the build changed about the model (opset upgrade…)
+    functions: tuple[ModuleFunction, ...] = ()  # module functions besides entry_function
+    folded_inputs: tuple[FoldedInput, ...] = ()  # inputs built in as constants, with their values
+    # per output: eager float32's max abs error against the float64 golden outputs, over every
+    # validation sample (`validation.reference: float64`); validation reads the module's
+    # error against it (OutputComparison.float32_ratio)
+    float32_error: tuple[float, ...] = ()
     build_key: str = ""               # the build cache's key: a signed entry is bound to it
     toolchain: dict[str, str]
     files: dict[str, str] = pydantic.Field(description="relative path -> sha256")
@@ -255,7 +288,18 @@ class Manifest(Frozen):
                     if g not in self.files]
         if unlisted:
             raise ValueError(f"golden file(s) not in files: {', '.join(unlisted)}")
+        named = {self.entry_function, *(f.name for f in self.functions)}
+        unknown = sorted({s.function for s in self.more_golden} - named - {""})
+        if unknown:
+            raise ValueError(f"golden set(s) run function(s) the manifest does not declare: "
+                             f"{', '.join(unknown)}")
         return self
+
+    def sample_sets(self) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+        """(function, inputs, outputs) of every validation sample, the golden one first."""
+        return [(self.entry_function, self.golden_inputs, self.golden_outputs),
+                *((s.function or self.entry_function, s.inputs, s.outputs)
+                  for s in self.more_golden)]
 
 
 def _hash_file(path: Path) -> str:

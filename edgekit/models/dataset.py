@@ -1,8 +1,10 @@
 """What a bundle records of its dataset gate (`validation.dataset`): where its samples and
 labels are in the bundle (golden/ds-*.npy: uploaded, signed and verified with the release) and
-the reference score the build measured."""
+the reference score the build measured; and the score a device measured (DatasetScore)."""
 
 from __future__ import annotations
+
+import math
 
 import pydantic
 
@@ -21,3 +23,27 @@ class DatasetNote(Frozen):
 
     def sample_files(self, i: int) -> list[str]:
         return [f"golden/ds-{i}-{j}.npy" for j in range(self.inputs)]
+
+
+SCORE_MAX = 1e12     # a score or drop beyond this is no measurement
+
+
+class DatasetScore(Frozen):
+    """A release's score on a device as its journal holds it (a `scored` event): shown by
+    `releases`, `fleet status` and `bench`. Read from an untrusted device, so checked: a
+    plain metric name, finite figures in range."""
+    metric: str = pydantic.Field(pattern=r"^[A-Za-z0-9_.:]{1,100}$")
+    reference_score: float
+    measured: float
+    drop: float
+
+    @pydantic.field_validator("reference_score", "measured", "drop", mode="before")
+    @classmethod
+    def _a_measurement(cls, value: object) -> float:
+        if type(value) not in (int, float) or not math.isfinite(value) \
+                or abs(value) > SCORE_MAX:
+            raise ValueError(f"not a score: {str(value)[:40]}")
+        return float(value)
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.measured:.4f} (ref {self.reference_score:.4f})"

@@ -14,6 +14,9 @@ class OutputComparison(Frozen):
     max_rel_error: float
     cosine: float | None = None          # None: undefined (a side all zero) or not computed
     top1_agreement: float | None = None  # fraction of rows whose arg-max matches; None: n/a
+    # max_abs_error / eager float32's own against the float64 goldens (`validation.reference:
+    # float64`): 1 is as exact as PyTorch in float32; None: no float64 reference
+    float32_ratio: float | None = None
     ok: bool
     problems: tuple[str, ...] = ()
 

@@ -6,14 +6,21 @@ order until one lowers and compiles. When that works, every op is known to work 
 nothing is cut out (so `check` costs about one build). Only the ops that a failing stage names
 (the compiler's diagnostics, mapped back to the model's op types) are cut out, each with its
 real input shapes, and taken through the stages separately, so one unsupported op does not hide
-the others; a failing op's module is saved as its reproducer. When a failure names no op type,
-every op is checked on its own.
+the others. An op's verdict for a stage the whole model failed in comes from that failure (with
+the whole model's reproducer), never from the op compiled alone: alone it may pass (the failing
+cast sits between two ops; a constant comes from elsewhere), and "passes" would be wrong. When a
+failure names no op type, every op is checked on its own.
+
+Before any of that, the model goes through the build's own front stages (load, export,
+quantize, the golden check): a model a build refuses there (uninformative golden outputs,
+inputs to declare) is not buildable, whatever lowers.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +29,9 @@ from pathlib import Path
 from edgekit.config.paths import cache_root
 from edgekit.config.profiles import Target, load_target
 from edgekit.config.recipe import Recipe, load_recipe
+from edgekit.errors import EdgekitError
 from edgekit.pipeline.cache import cache_key
+from edgekit.pipeline.export import ExportedModel
 from edgekit.pipeline.frontends.base import Frontend, OpModule
 from edgekit.pipeline.frontends.registry import frontend_for
 from edgekit.pipeline.lower import ImportedGraph, save_reproducer
@@ -58,10 +67,12 @@ class CheckReport:
     failures: dict[str, str] = field(default_factory=dict)
     chosen: str | None = None          # what `lowering: auto` would use
     note: str = ""                     # quantized ONNX models: the path they take, or refusal
+    # the build's refusal before anything lowers ("check golden: golden output …"), one line
+    refused: str = ""
 
     @property
     def buildable(self) -> bool:
-        return self.chosen is not None
+        return self.chosen is not None and not self.refused
 
 
 def check_op(name: str, count: int, make_module, target: Target, repro_root: Path) -> OpStatus:
@@ -125,39 +136,64 @@ def check_graph(frontend: Frontend, graph, model_path: str, target: Target,
         imported = frontend.import_graph(graph)
     except torch_mlir.LowerFailure as failure:
         report.failures["import"] = torch_mlir.diagnose(failure.diagnostics).line()
-        save_reproducer(repro_root / "whole-model" / "import", None, failure.diagnostics)
+        where = repro_root / "whole-model" / "import"
+        save_reproducer(where, None, failure.diagnostics)
         report.whole_model = {lw: False for lw in scope.lowerings}
-        return _with_ops(report, ops, named=_named_ops(failure.diagnostics), target=target,
-                         repro_root=repro_root, say=say, passed=None)
-    named: set[str] = set()
+        named = _named_ops(failure.diagnostics)
+        return _blamed(_with_ops(report, ops, named=named, target=target,
+                                 repro_root=repro_root, say=say, passed=None),
+                       {"import": (named, where)})
+    blame: dict[str, tuple[set[str], Path]] = {}
     for lowering in scope.lowerings:
         say(f"whole model: {lowering}")
-        text, module = _whole_model_attempt(imported, lowering, target)
+        text, module, command = _whole_model_attempt(imported, lowering, target)
         report.whole_model[lowering] = text is None
         if text is None:
             report.chosen = lowering
             break
         report.failures[lowering] = torch_mlir.diagnose(text, module).line()
-        save_reproducer(repro_root / "whole-model" / lowering, module, text)
-        named |= _named_ops(text, module)
-    return _with_ops(report, ops, named=named, target=target, repro_root=repro_root, say=say,
-                     passed=report.chosen)
+        where = repro_root / "whole-model" / lowering
+        save_reproducer(where, module, text, command)
+        blame[lowering] = (_named_ops(text, module), where)
+    named = set().union(*(ops_named for ops_named, _ in blame.values()))
+    return _blamed(_with_ops(report, ops, named=named, target=target, repro_root=repro_root,
+                             say=say, passed=report.chosen), blame)
+
+
+def _blamed(report: CheckReport, blame: dict[str, tuple[set[str], Path]]) -> CheckReport:
+    """Each stage the whole model failed in decides that stage's verdict: the ops its failure
+    names fail it (its line first, the whole model's reproducer); an op that passed it only when
+    compiled alone is unknown there (None), not passing."""
+    for stage, (named, where) in blame.items():
+        column = {"import": "imported", "tosa": "tosa", "linalg": "linalg"}.get(stage)
+        for status in report.ops:
+            if _norm(status.op) in named:
+                if column:
+                    setattr(status, column, False)
+                status.failure = f"{stage} (whole model): {report.failures[stage]}"
+                status.reproducer = str(where)
+            elif column in ("tosa", "linalg") and getattr(status, column):
+                setattr(status, column, None)
+    return report
 
 
 def _whole_model_attempt(imported: ImportedGraph, lowering: str, target: Target
-                         ) -> tuple[str | None, bytes | None]:
-    """(None, module) when the lowering lowers and compiles; else (diagnostics, the module
-    that failed: the lowered one for a compile failure, the import for a lowering's)."""
+                         ) -> tuple[str | None, bytes | None, str | None]:
+    """(None, module, None) when the lowering lowers and compiles; else (diagnostics, the module
+    that failed: the lowered one for a compile failure, the import for a lowering's, and the
+    command that reproduces it, as a build's reproducer has them)."""
     try:
         lowered = imported.lowered(lowering)
     except torch_mlir.LowerFailure as failure:
-        return failure.diagnostics, imported.torch_bytecode
+        module, command = imported.failed_input(lowering)
+        return failure.diagnostics, module, command
+    flags = iree.compile_flags(target, lowering, input_type=lowered.input_type)
     try:
-        iree.compile_bytes(lowered.module, iree.compile_flags(
-            target, lowering, input_type=lowered.input_type))
+        iree.compile_bytes(lowered.module, flags)
     except iree.CompileFailure as failure:
-        return failure.diagnostics, lowered.module
-    return None, lowered.module
+        return failure.diagnostics, lowered.module, shlex.join(
+            ["iree-compile", "input.mlirbc", *flags, "-o", "module.vmfb"])
+    return None, lowered.module, None
 
 
 def _with_ops(report: CheckReport, ops: list[OpModule], *, named: set[str], target: Target,
@@ -247,9 +283,39 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None,
         from edgekit.pipeline.npu.check import check_npu
         return check_npu(recipe, model, target, repro, on_progress)
     frontend = frontend_for(recipe.model)
-    graph, digest = frontend.graph_to_check(recipe)
-    return remember(check_graph(frontend, graph, model, target, repro, on_progress), digest,
-                    target)
+    exported, refusal = _as_a_build(recipe, model)
+    # the graph the build lowers (its digest: the one the build's steering asks for); when the
+    # build stops before it has one, the frontend's own take on the model
+    graph, digest = (exported.program, exported.digest) if exported is not None else \
+        frontend.graph_to_check(recipe)
+    if not frontend.check_scope(graph, target, model).lowerings:
+        refusal = None                # the scope's note says why; NotBuildable, as before
+    report = check_graph(frontend, graph, model, target, repro, on_progress)
+    if refusal is not None:
+        report.refused = refusal.headline()
+        report.refusal = refusal      # not a field: the CLI raises it, the JSON has `refused`
+    return remember(report, digest, target)
+
+
+def _as_a_build(recipe: Recipe, model: str) -> tuple[ExportedModel | None, EdgekitError | None]:
+    """The build's own front stages on `recipe` (load, export, quantize, then the golden
+    check): (the model they export, None) when a build goes on to lower it; (it, the golden
+    check's refusal); (None, the refusal) when it stops earlier. The recipe made for a MODEL
+    file or factory is no file: a refusal is located at MODEL."""
+    from edgekit.pipeline.build import FRONT
+    from edgekit.pipeline.stages import run_plan
+    exported, refusal = None, None
+    try:
+        exported = run_plan([s for s in FRONT if s.name != GOLDEN], recipe, recipe, {}, None)
+        next(s for s in FRONT if s.name == GOLDEN).run(recipe, exported)
+    except EdgekitError as refused:
+        if not model.endswith((".yaml", ".yml")) and refused.where == str(recipe.path):
+            refused.where = model
+        refusal = refused
+    return exported, refusal
+
+
+GOLDEN = "check golden"     # the build's stage that refuses uninformative golden outputs
 
 
 def _store(digest: str, target: Target) -> Path:

@@ -16,6 +16,7 @@ from edgekit.models.dataset import DatasetNote
 from edgekit.pipeline.export import ExportedModel
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.validate.dataset import load_set, score
+from edgekit.validate.folded import first_disagreement, folded_input
 
 
 def with_dataset(directory: Path, manifest: Manifest, gate: DatasetGate,
@@ -40,8 +41,10 @@ def with_dataset(directory: Path, manifest: Manifest, gate: DatasetGate,
 def attach_dataset(recipe: Recipe, bundle: Bundle, float_model: ExportedModel | None,
                    built: ExportedModel | None) -> Bundle:
     """The build's stage `dataset`: score the recipe's `validation.dataset` with the reference
-    it names (fp32: the float model; golden: the model the golden outputs come from, a
-    quantized build's own), write the set and the score into the bundle and sign it again.
+    it names (fp32: the float model — for an ONNX QDQ model, `quantize.float_model` or the
+    model with its activations' Q/DQ pairs removed; golden: the model the golden outputs come
+    from, a quantized build's own), write the set and the score into the bundle and sign it
+    again.
     A recipe without a dataset gate: the bundle as it is."""
     gate = recipe.validation.dataset
     if gate is None:
@@ -50,19 +53,30 @@ def attach_dataset(recipe: Recipe, bundle: Bundle, float_model: ExportedModel | 
     samples, labels = load_set(recipe.resolve(gate.samples), recipe.resolve(gate.labels),
                                inputs=len(bundle.manifest.inputs), limit=gate.limit,
                                where=where)
+    folded = built.folded if built is not None else ()
+    found = first_disagreement(tuple(folded_input(n, v) for n, v in folded),
+                               bundle.manifest.inputs,
+                               ((f"sample {k}", s) for k, s in enumerate(samples)))
+    if found is not None:   # the module ignores that input: the score would be of another model
+        raise ConfigError(f"{found[0]}: {found[1]}", where=where,
+                          key="validation.dataset.samples",
+                          hint="give the dataset the value the recipe's `samples:` fix, or "
+                               "build from samples of the dataset's value")
     model = float_model if gate.reference == "fp32" else built
     if model is None:
         raise ConfigError("the dataset gate's reference model is not available in this build",
                           where=where, key="validation.dataset.reference")
     try:
-        outputs = [model.frontend.reference_outputs(model, s) for s in samples]
+        reference = model.frontend.dataset_reference(recipe, model, gate.reference == "fp32")
+        outputs = [reference(s) for s in samples]
     except NotImplementedError as exc:
         raise ConfigError(f"validation.dataset: {exc}", where=where,
                           key="validation.dataset",
-                          hint="the dataset gate's reference score needs a PyTorch model "
-                               "(model.python or model.exported)") from None
-    reference = score(gate.metric, outputs, labels)
-    manifest = with_dataset(bundle.path, bundle.manifest, gate, samples, labels, reference)
+                          hint="the dataset gate's reference score needs a PyTorch or an "
+                               "ONNX model") from None
+    reference_score = score(gate.metric, outputs, labels)
+    manifest = with_dataset(bundle.path, bundle.manifest, gate, samples, labels,
+                            reference_score)
     write_manifest(bundle.path, manifest)
     sign_bundle(bundle.path)
     return load_bundle(bundle.path)

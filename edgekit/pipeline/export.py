@@ -14,6 +14,20 @@ from edgekit.pipeline.frontends.base import G, Frontend
 
 
 @dataclass(frozen=True)
+class ExportedFunction(Generic[G]):
+    """A further function of the same module (an LLM's `decode` beside its `main` prefill):
+    its graph, signature, and validation samples with the outputs the module must give."""
+
+    name: str
+    program: G
+    inputs: tuple[TensorSig, ...]
+    outputs: tuple[TensorSig, ...]
+    samples: tuple[tuple[np.ndarray, ...], ...]
+    golden: tuple[tuple[np.ndarray, ...], ...]
+    role: str = ""
+
+
+@dataclass(frozen=True)
 class ExportedModel(Generic[G]):
     frontend: Frontend[G]                  # the only one that looks inside `program`
     program: G                             # what torch-mlir imports (the frontend's graph)
@@ -30,6 +44,12 @@ class ExportedModel(Generic[G]):
     more_samples: tuple[tuple[np.ndarray, ...], ...] = ()
     more_golden: tuple[tuple[np.ndarray, ...], ...] = ()
     notes: tuple[str, ...] = ()            # what loading changed about the model (opset upgrade…)
+    functions: tuple[ExportedFunction[G], ...] = ()  # more functions of the module (decode)
+    # inputs whose sample value the graph reads as a constant (name, value): the manifest's
+    # `folded_inputs`, refused in later samples that disagree
+    folded: tuple[tuple[str, np.ndarray], ...] = ()
+    # per output: eager float32's max abs error against float64 goldens (reference: float64)
+    float32_error: tuple[float, ...] = ()
 
 
 def with_signature(frontend: Frontend[G], program: G, digest: str, names: tuple[str, ...],

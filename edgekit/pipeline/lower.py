@@ -110,8 +110,12 @@ def lowering_order(requested: str, target: Target, quantize_mode: str | None = N
 
 
 def import_module(exported: ExportedModel, reproducer_dir: Path) -> ImportedModule:
+    # further functions of the module (an LLM's decode): only the PyTorch frontend makes them
+    more = tuple((f.name, f.program) for f in exported.functions)
     try:
-        return ImportedModule(exported, exported.frontend.import_graph(exported.program))
+        frontend = exported.frontend
+        return ImportedModule(exported, frontend.import_graph(exported.program, more) if more
+                              else frontend.import_graph(exported.program))
     except torch_mlir.LowerFailure as failure:
         reproducer_dir.mkdir(parents=True, exist_ok=True)
         (reproducer_dir / "diagnostics.txt").write_text(failure.diagnostics)

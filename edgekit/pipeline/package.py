@@ -13,12 +13,14 @@ from edgekit.config.recipe import Hooks, Recipe, Validation
 from edgekit.config.profiles import Target
 from edgekit.errors import ConfigError
 from edgekit.models.bundle import (DISPATCH_CONFIGS, MODULE, VARIANTS, Bundle, GoldenSet,
-                                   Manifest, ModuleVariant, QuantizationNote, build_stamp,
-                                   check_payload_name, sha256_file, write_manifest)
+                                   Manifest, ModuleFunction, ModuleVariant, QuantizationNote,
+                                   build_stamp, check_payload_name, sha256_file,
+                                   write_manifest)
 from edgekit.pipeline.lower import CompiledModule
 from edgekit.toolchain import dispatch_sets
 from edgekit.toolchain.signing import sign_bundle
 from edgekit.toolchain.versions import iree_compiler_version, toolchain_versions
+from edgekit.validate.folded import folded_input
 from edgekit.validate.tolerance import with_build_defaults
 
 
@@ -72,6 +74,16 @@ def write_golden(directory: Path, exported) -> tuple[list[str], list[str], list[
     written = [*zip(inputs + outputs, exported.samples + exported.golden)]
     for names, s, g in zip(more, exported.more_samples, exported.more_golden):
         written += zip((*names.inputs, *names.outputs), (*s, *g))
+    # another function's samples (an LLM's decode steps) after the entry function's: the
+    # sample numbers a device's run.sh knows stay those of the entry function's sets
+    for function in exported.functions:
+        for k, (s, g) in enumerate(zip(function.samples, function.golden), 1):
+            names = GoldenSet(
+                inputs=tuple(f"golden/{function.name}{k}_input_{i}.npy" for i in range(len(s))),
+                outputs=tuple(f"golden/{function.name}{k}_output_{i}.npy"
+                              for i in range(len(g))), function=function.name)
+            more.append(names)
+            written += zip((*names.inputs, *names.outputs), (*s, *g))
     for rel, array in written:
         np.save(directory / rel, _storable(array), allow_pickle=False)
     return inputs, outputs, more, [rel for rel, _ in written]
@@ -151,6 +163,10 @@ def package_bundle(compiled: CompiledModule, identity: BundleIdentity, target: T
         variants=tuple(variants),
         npu=compiled.npu.note if compiled.npu is not None else None,
         model_notes=exported.notes,
+        functions=tuple(ModuleFunction(name=f.name, inputs=f.inputs, outputs=f.outputs,
+                                       role=f.role) for f in exported.functions),
+        float32_error=exported.float32_error,
+        folded_inputs=tuple(folded_input(name, value) for name, value in exported.folded),
         dispatch_configs=configs,
         files=files,
     )

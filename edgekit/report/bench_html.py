@@ -1,5 +1,6 @@
 """Self-contained HTML benchmark report: a summary table and inline-SVG plots (matplotlib) of the
-latency distribution per configuration and device, thread scaling, and history over releases.
+latency distribution per configuration and device, thread scaling, history over releases, and
+each release's dataset score (`validation.dataset`, measured on the device) against its speed.
 No network access is needed to view it. A small script marks each plot as rendered once the
 browser has laid it out (`data-plots-rendered` on <body>), which the tests check in Chromium.
 """
@@ -36,6 +37,10 @@ def render_report(results: list[BenchResult], comparisons: list[Comparison],
     else:   # one point per line is an empty axis with its labels on top of each other
         history_note = ("History over releases: one run per device and configuration so far; "
                         "the plot appears after a second run.")
+    scored = [r for r in (history or results) if r.dataset is not None]
+    if scored:
+        plots.append(("Dataset score on the device against p50 latency (ms), per device and "
+                      "release", _score_svg(scored)))
     return TEMPLATES.get_template("bench.html.j2").render(
         results=results, comparisons=comparisons, plots=plots, generated=generated,
         history_note=history_note)
@@ -111,6 +116,29 @@ def _history_svg(series: dict[tuple, list[BenchResult]]) -> str:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("run (oldest → newest)")
     ax.set_ylabel("p50 ms")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return _svg(fig)
+
+
+def _score_svg(scored: list[BenchResult]) -> str:
+    """One point per device × release × threads (its newest run): accuracy beside speed."""
+    newest = {(r.device, r.app, r.release, r.config.get("threads")): r for r in scored}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for device in dict.fromkeys(key[0] for key in newest):
+        runs = [r for key, r in newest.items() if key[0] == device]
+        ax.plot([r.latency.p50_ms for r in runs], [r.dataset.measured for r in runs],
+                marker="o", linestyle="none", label=device)
+        for r in runs:
+            ax.annotate(f"{r.release[:6]} {r.config.get('threads')}t",
+                        (r.latency.p50_ms, r.dataset.measured), fontsize=6,
+                        textcoords="offset points", xytext=(0, 4), ha="center")
+    positive = [r.latency.p50_ms for r in newest.values() if r.latency.p50_ms > 0]
+    if positive and max(positive) / min(positive) > 20:
+        ax.set_xscale("log")
+    metrics = sorted({r.dataset.metric for r in newest.values()})
+    ax.set_xlabel("p50 ms")
+    ax.set_ylabel(f"dataset score ({', '.join(metrics)})")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return _svg(fig)

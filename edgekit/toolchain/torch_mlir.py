@@ -48,10 +48,12 @@ def decompose(program: torch.export.ExportedProgram) -> torch.export.ExportedPro
 
 
 def import_program(program: torch.export.ExportedProgram,
-                   decomposed: torch.export.ExportedProgram | None = None) -> bytes:
-    """ExportedProgram → torch-backend MLIR bytecode (weights inlined as resources).
-    `decomposed`: `decompose(program)` when the caller made it already (it is consumed: the
-    import replaces its weight placeholders with the tensors)."""
+                   decomposed: torch.export.ExportedProgram | None = None,
+                   more: tuple[tuple[str, torch.export.ExportedProgram], ...] = ()) -> bytes:
+    """ExportedProgram → torch-backend MLIR bytecode (weights inlined as resources), its
+    function `main`. `decomposed`: `decompose(program)` when the caller made it already (it is
+    consumed: the import replaces its weight placeholders with the tensors). `more`: further
+    (name, program) functions of the same module (an LLM's decode beside its prefill)."""
     from torch_mlir import fx
     from torch_mlir.extras.fx_importer import FxImporter
     context, diagnostics = _context_collecting_diagnostics()
@@ -60,6 +62,8 @@ def import_program(program: torch.export.ExportedProgram,
                                      decompose(program))
         importer = FxImporter(context=context, hooks=_weights_as_raw_bytes())
         _name_locations(importer)
+        for name, other in more:   # imported first: export_and_import lowers the whole module
+            importer.import_frozen_program(_with_all_state(decompose(other)), func_name=name)
         module = fx.export_and_import(decomposed, output_type="torch", func_name="main",
                                       fx_importer=importer, decomposition_table={})
     except Exception as exc:  # torch-mlir raises bare Exceptions; translate them here

@@ -15,6 +15,7 @@ The rules (docs/reference/validation.md):
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,17 @@ def compare_output(name: str, actual: np.ndarray, expected: np.ndarray,
                             top1_agreement=top1, ok=not problems, problems=tuple(problems))
 
 
+def with_float32_ratios(comparisons: list[OutputComparison], manifest
+                        ) -> tuple[OutputComparison, ...]:
+    """Each output's error against float64 goldens as a multiple of eager float32's own (the
+    manifest's `float32_error`; a bundle without a float64 reference: as they are). Eager
+    float32 exact (0) gives no ratio."""
+    eager = manifest.float32_error
+    return tuple(c.model_copy(update={"float32_ratio": c.max_abs_error / eager[i]})
+                 if i < len(eager) and eager[i] > 0 and math.isfinite(c.max_abs_error) else c
+                 for i, c in enumerate(comparisons))
+
+
 def failed(head: dict, problem: str) -> OutputComparison:
     """A comparison that could not start (no output, wrong shape or dtype, a failed run)."""
     return OutputComparison(**head, max_abs_error=float("inf"), max_rel_error=float("inf"),
@@ -184,5 +196,6 @@ def compare_output_files(bundle, actual: list[Path], where: str,
             continue
         comparisons.append(compare_output(sig.name, got, expected, lim))
     return ValidationReport(app=m.app, target=m.target, where=where,
-                            ok=all(c.ok for c in comparisons), outputs=tuple(comparisons),
+                            ok=all(c.ok for c in comparisons),
+                            outputs=with_float32_ratios(comparisons, m),
                             seconds=round(seconds, 4))

@@ -13,6 +13,7 @@ from edgekit.models.report import ValidationReport
 from edgekit.toolchain import iree
 from edgekit.toolchain.runner import scratch_dir
 from edgekit.validate.compare import compare_output_files
+from edgekit.validate.folded import refuse_disagreeing
 from edgekit.validate.outputs import output_file
 from edgekit.validate.samples import worst_per_output
 
@@ -35,6 +36,7 @@ def validate_local(path: str | Path) -> ValidationReport:
 
 def _validate(bundle: Bundle) -> ValidationReport:
     bundle.verify()
+    refuse_disagreeing(bundle)    # a sample the module would ignore part of
     reason = host_cannot_run(bundle)
     if reason:
         npu_only = bundle.manifest.backend == "none"
@@ -45,13 +47,12 @@ def _validate(bundle: Bundle) -> ValidationReport:
                             "for `--target host`")
     m = bundle.manifest
     reports = []
-    for inputs, golden in [(m.golden_inputs, m.golden_outputs),
-                           *((s.inputs, s.outputs) for s in m.more_golden)]:
+    for function, inputs, golden in m.sample_sets():
         started = time.perf_counter()
         with scratch_dir("validate") as scratch:
             outputs = [scratch / output_file(i, sig.dtype) for i, sig in enumerate(m.outputs)]
             try:
-                iree.run_module(bundle.module, m.runtime_driver, m.entry_function,
+                iree.run_module(bundle.module, m.runtime_driver, function,
                                 [bundle.file(p) for p in inputs], outputs,
                                 threads=m.runtime_threads)
             except ToolError as exc:

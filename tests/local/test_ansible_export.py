@@ -14,8 +14,11 @@ import tarfile
 import numpy as np
 import pytest
 
+from edgekit.device.deploy import deploy_bundle
+from edgekit.device.layout import app_dir, shims_dir
+from edgekit.device.provision import shim_version
 from edgekit.errors import ConfigError
-from edgekit.fleet.ansible_export import MARKER, export_ansible
+from edgekit.fleet.ansible_export import MARKER, STEPS, _octal, export_ansible
 from edgekit.fleet.outputs_check import check_outputs
 from tests.local.conftest import APP, RECIPE, current_of, device_journal
 
@@ -226,3 +229,38 @@ def test_the_switch_step_prunes_releases_as_edgekit_deploy_does(tmp_path):
     assert current_of(home, "a") == "r5"
     assert {p.name for p in (home / app / "releases").iterdir()} == {"r5", "r4", "r3"}
     assert device_journal(home, "a")[-2:] == [("validated", "r5"), ("activate", "r5")]
+
+
+def step(device, name, *args):
+    """One of the playbook's device-side steps, run as Ansible's `script` runs it: sh, in $HOME."""
+    env = {**os.environ, "HOME": str(device.root)}
+    return subprocess.run(["sh", str(STEPS / name), *args], capture_output=True, text=True,
+                          cwd=device.root, timeout=120, env=env)
+
+
+def test_a_failing_health_hook_in_the_playbooks_switch_puts_the_previous_release_back(
+        make_device, v1, v2):
+    device = make_device()
+    old, new = deploy_bundle(device, v1), deploy_bundle(device, v2)
+    result = step(device, "switch.sh", app_dir(APP), shims_dir(shim_version()), "20", "3", "",
+                  _octal("echo unhealthy >&2; exit 3"), old.release, new.release)
+    assert result.returncode == 1
+    assert f"health hook exited with 3; `current` is back on {new.release}" in result.stderr
+    assert current_of(device.root) == new.release
+    assert device_journal(device.root)[-5:] == [
+        ("validated", old.release), ("activate", old.release), ("health-failed", old.release),
+        ("activate", new.release), ("rollback", new.release)]
+
+
+def test_the_playbooks_rescue_puts_the_previous_release_back_and_journals_the_rejection(
+        make_device, v1, v2):
+    device = make_device()
+    old, new = deploy_bundle(device, v1), deploy_bundle(device, v2)
+    result = step(device, "rescue.sh", app_dir(APP), shims_dir(shim_version()), new.release,
+                  old.release, "yes")
+    assert result.returncode == 0, result.stderr
+    assert current_of(device.root) == old.release
+    assert device_journal(device.root)[-3:] == [
+        ("rejected", new.release), ("activate", old.release), ("rollback", old.release)]
+    # the rejected release stays: it is the rollback target now
+    assert (device.root / app_dir(APP) / "releases" / new.release).is_dir()

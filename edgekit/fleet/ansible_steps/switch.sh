@@ -13,10 +13,8 @@ cd "$HOME" || exit 1
 app=$1 shims=$2 timeout=$3 keep=$4 release=$7 previous=$8
 after_activate=$(printf '%b' "$5")
 health=$(printf '%b' "$6")
-journal() {
-  printf '{"ts": %s, "event": "%s", "release": "%s"}\n' "$(date +%s)" "$1" "$2" \
-    >> "$app/journal.jsonl"
-}
+who=edgekit
+. "$shims/release_steps.sh"   # journal, live, rollback_target, hook_or_put_back
 rm -f "$app/.validation-ansible-$release.tar"
 journal validated "$release"
 if [ "$previous" != "$release" ]; then
@@ -26,39 +24,19 @@ if [ "$previous" != "$release" ]; then
     exit 1
   fi
 fi
-hook() {   # hook NAME COMMAND
-  [ -n "$2" ] || return 0
-  EDGEKIT_APP=${app##*/} EDGEKIT_RELEASE=$release EDGEKIT_RELEASE_DIR=$app/releases/$release \
-    sh "$shims/hook.sh" "$timeout" "$2" </dev/null && return 0
-  code=$?
-  journal "$1-failed" "$release"
-  if [ -n "$previous" ] && [ "$previous" != "$release" ]; then
-    sh "$shims/verify.sh" "$app/releases/$previous" &&
-      sh "$shims/activate.sh" "$app" "$previous" && journal rollback "$previous"
-    back="\`current\` is back on $previous"
-  elif [ -z "$previous" ]; then
-    rm -f "$app/current" && journal deactivate ""
-    back="the app has no current release again"
-  else
-    back="$release stays current (it was before)"
-  fi
-  echo "edgekit: the $1 hook exited with $code; $back" >&2
-  exit 1
-}
-hook after_activate "$after_activate"
-hook health "$health"
+hook_or_put_back after_activate "$release" "$previous" "$timeout" "$after_activate" || exit 1
+hook_or_put_back health "$release" "$previous" "$timeout" "$health" || exit 1
 # newest first, each once: the releases in the order they were last activated
 history=$(sed -n 's/.*"event": "activate", "release": "\([^"]*\)".*/\1/p' "$app/journal.jsonl" |
   awk '{ line[NR] = $0 } END { for (i = NR; i > 0; i--) if (!seen[line[i]]++) print line[i] }')
-live=$(readlink "$app/current" 2>/dev/null) || live=
-live=${live##*/}
-target=$(printf '%s\n' "$history" | grep -vxF "$live" | head -n 1) || target=
+current=$(live)
+target=$(rollback_target)
 kept=0
 for name in $history; do
   case $name in ''|.|..|*[!A-Za-z0-9._-]*) continue ;; esac
   [ -d "$app/releases/$name" ] || continue
   kept=$((kept + 1))
-  if [ "$kept" -gt "$keep" ] && [ "$name" != "$live" ] && [ "$name" != "$target" ]; then
+  if [ "$kept" -gt "$keep" ] && [ "$name" != "$current" ] && [ "$name" != "$target" ]; then
     rm -rf "$app/releases/$name"
   fi
 done

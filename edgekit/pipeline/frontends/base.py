@@ -86,6 +86,14 @@ class Frontend(ABC, Generic[G]):
         gate's reference score, pipeline/dataset.py)."""
         raise NotImplementedError(f"the {self.kind} frontend computes no reference outputs")
 
+    def dataset_reference(self, recipe: Recipe, exported: ExportedModel, fp32: bool
+                          ) -> Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]:
+        """The dataset gate's reference (pipeline/dataset.py): a function from one input set
+        to the outputs it scores. `exported` is the float model (fp32) or the model the
+        golden outputs come from; a frontend whose float model is inside the quantized one
+        (ONNX QDQ) takes it out here."""
+        return lambda samples: self.reference_outputs(exported, samples)
+
     def interchange(self, graph: G, opset: int) -> bytes:
         """The graph as an ONNX model's bytes (opset `opset` at most where the frontend makes
         it), for NPU compilers that read ONNX (an NPU family's compiler, pipeline/npu)."""

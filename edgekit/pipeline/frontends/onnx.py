@@ -184,7 +184,7 @@ class OnnxFrontend(Frontend[Model]):
                                   loaded.input_names, shapes, sets[0], goldens[0],
                                   reference=ref.name, notes=notes)
         return dataclasses.replace(exported, more_samples=tuple(sets[1:]),
-                                   more_golden=tuple(goldens[1:]))
+                                   more_golden=tuple(goldens[1:]), folded=tuple(values.items()))
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         """ONNX models arrive quantized: "int8" is the (QDQ) model as it is, "none" the fp32
@@ -214,6 +214,30 @@ class OnnxFrontend(Frontend[Model]):
         note = ("ONNX models are lowered as they come: "
                 + ", ".join(f"{PREFIX}{name}" for name in asked) + " not applied")
         return dataclasses.replace(exported, rewrites=(*exported.rewrites, note))
+
+    def dataset_reference(self, recipe: Recipe, exported: ExportedModel[Model], fp32: bool):
+        """onnxruntime (or the reference evaluator) on the graph as built; for `fp32` and a
+        quantized model, on `quantize.float_model` if the recipe names one, else on the model
+        with its Q/DQ pairs removed (onnx_float.py; a QOperator model is refused)."""
+        from edgekit.pipeline.frontends.onnx_float import is_quantized, without_qdq
+        graph = exported.program
+        if fp32 and is_quantized(graph):
+            float_model = recipe.quantize.float_model if recipe.quantize else None
+            graph = load_onnx(recipe.resolve(float_model)) if float_model else \
+                without_qdq(graph, str(recipe.path))
+        initializers = {i.name for i in graph.graph.initializer}
+        names = tuple(i.name for i in graph.graph.input if i.name not in initializers)
+        missing = sorted(set(names) - {s.name for s in exported.inputs})
+        if missing:
+            raise ConfigError(f"validation.dataset: the reference model takes inputs the "
+                              f"build's does not: {missing}", where=str(recipe.path),
+                              key="quantize.float_model")
+        reference = Reference(graph, names)
+
+        def run(samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+            given = dict(zip((s.name for s in exported.inputs), samples))
+            return reference(tuple(given[n] for n in names))
+        return run
 
     def interchange(self, graph: Model, opset: int) -> bytes:
         return graph.SerializeToString()    # as loaded (an NPU compiler says if it is too new)

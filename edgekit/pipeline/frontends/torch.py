@@ -24,7 +24,7 @@ from edgekit.config.recipe import Quantize, Recipe
 from edgekit.errors import ConfigError, ModelLoadError
 from edgekit.pipeline.export import ExportedModel, declared_shape, with_signature
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
-from edgekit.pipeline.frontends.torch_hf import with_cache_choice
+from edgekit.pipeline.frontends.torch_hf import DecoderPair, with_cache_choice, with_decode
 from edgekit.pipeline.load import (LoadedModel, coverage_notes, drawn_note, import_callable,
                                    more_samples_for, sample_inputs)
 from edgekit.pipeline.lower import ImportedGraph
@@ -85,6 +85,8 @@ class TorchFrontend(Frontend[Program]):
         exported = dataclasses.replace(exported, notes=(*exported.notes, *loaded.notes))
         if recipe.validation.reference == "float64":
             exported = float64_golden(exported, run, loaded.model, str(recipe.path))
+        if isinstance(loaded.model, DecoderPair):   # `cache: static`: the decode function too
+            exported = with_decode(exported, loaded.model, str(recipe.path))
         return exported
 
     def exported(self, program: Program, run, samples: tuple[np.ndarray, ...],
@@ -143,10 +145,11 @@ class TorchFrontend(Frontend[Program]):
         # seconds on a large model (ResNet-50: ~5 s). One slot, emptied by the import.
         self._decomposed: tuple[Program, Program] | None = None
 
-    def import_graph(self, graph: Program) -> ImportedGraph:
+    def import_graph(self, graph: Program,
+                     more: tuple[tuple[str, Program], ...] = ()) -> ImportedGraph:
         cached, self._decomposed = self._decomposed, None
         decomposed = cached[1] if cached is not None and cached[0] is graph else None
-        return ImportedGraph(torch_mlir.import_program(graph, decomposed))
+        return ImportedGraph(torch_mlir.import_program(graph, decomposed, more))
 
     def graph_to_check(self, recipe: Recipe) -> tuple[Program, str]:
         exported = self.export(recipe, self.load(recipe))
@@ -261,19 +264,21 @@ def float64_golden(exported: ExportedModel, run, model, where: str) -> ExportedM
                           hint="make the model follow its inputs' dtype, or leave the "
                                "reference at float32") from None
     goldens = [exported.golden, *exported.more_golden]
-    worst, scale = 0.0, 0.0
+    per_output, scale = [0.0] * len(goldens[0]), 0.0
     for wide_out, narrow in zip(exact, goldens):
-        for w, n in zip(wide_out, narrow):
+        for i, (w, n) in enumerate(zip(wide_out, narrow)):
             if w.dtype.kind == "f" and w.size:
-                worst = max(worst, float(np.max(np.abs(w - n.astype(np.float64)))))
+                per_output[i] = max(per_output[i], float(np.max(np.abs(w - n.astype(np.float64)))))
                 scale = max(scale, float(np.max(np.abs(w))))
+    worst = max(per_output, default=0.0)
     note = (f"golden outputs from eager float64 (`validation.reference: float64`): eager "
             f"float32 is off from them by {worst:.3g} at most (largest |output| {scale:.3g}); "
             "the module's error in `edgekit validate` reads against that")
     return dataclasses.replace(
         exported, golden=rounded(exact[0], goldens[0]),
         more_golden=tuple(rounded(e, g) for e, g in zip(exact[1:], goldens[1:])),
-        reference=f"{exported.reference} in float64", notes=(*exported.notes, note))
+        reference=f"{exported.reference} in float64", notes=(*exported.notes, note),
+        float32_error=tuple(per_output))
 
 
 def eager_outputs(run, samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
