@@ -284,10 +284,11 @@ def run_check(model: str, target_name: str = "host", out: Path | None = None,
         return check_npu(recipe, model, target, repro, on_progress)
     frontend = frontend_for(recipe.model)
     exported, refusal = _as_a_build(recipe, model)
-    # the graph the build lowers (its digest: the one the build's steering asks for); when the
+    # the graph the build lowers (its digest: the one the build's steering asks for), with the
+    # rewrites every build makes (TOSA legalisation: pipeline/rewrite_tosa.py); when the
     # build stops before it has one, the frontend's own take on the model
-    graph, digest = (exported.program, exported.digest) if exported is not None else \
-        frontend.graph_to_check(recipe)
+    graph, digest = (frontend.rewrite(exported, ()).program, exported.digest) \
+        if exported is not None else frontend.graph_to_check(recipe)
     if not frontend.check_scope(graph, target, model).lowerings:
         refusal = None                # the scope's note says why; NotBuildable, as before
     report = check_graph(frontend, graph, model, target, repro, on_progress)

@@ -199,6 +199,11 @@ def _narrowed_f64(module: torch.fx.GraphModule) -> list[str]:
     return narrowed
 
 
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
 def _output_kinds(program: Program) -> list[str]:
     return [spec.kind.name for spec in program.graph_signature.output_specs]
 
@@ -246,7 +251,11 @@ def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
         folded, narrowed = _folded_constants(module), _narrowed_f64(module)
         if folded or narrowed:
             args = tuple(torch.from_numpy(np.array(s)) for s in samples)
-            again = torch.export.export(module, args)
+            try:
+                again = torch.export.export(module, args)
+            except Exception as exc:  # torch.export raises many kinds: the model as it was
+                return program, (f"constants not folded: exporting the folded module failed "
+                                 f"({_first_line(exc)}); TOSA may refuse its i64/f64 ops",)
             if _output_kinds(again) != _output_kinds(program):   # a constant became state
                 return program, (f"constants not folded: the folded program's outputs were "
                                  f"{', '.join(_output_kinds(again))}, not "
@@ -277,7 +286,12 @@ def legalise_for_tosa(program: Program, samples: tuple[np.ndarray, ...]
                      f"takes at most {TOSA_MAX_GROUPS} groups)")
     if not table:
         return program, tuple(notes)
-    rewritten = program.run_decompositions(table)
+    try:
+        rewritten = program.run_decompositions(table)
+    except Exception as exc:  # a decomposition that does not trace: the model as it was
+        kept = notes[:-1] if grouped else notes          # the split was not made
+        return program, (*kept, "comparisons and grouped convolutions left as written: "
+                         f"decomposing them failed ({_first_line(exc)}); TOSA may refuse them")
     count = _against_constants(rewritten) - _against_constants(program) if compares else 0
     if count > 0:
         notes.append(f"{count} float-scalar comparison(s) made in the tensor's dtype, as eager "
