@@ -154,7 +154,7 @@ def _gathered(gm, conv, x, zp, hwc, kernel, stride, padding):
     rows = g.call_function(aten.cat.default, ([rows, pad], 0))
     if c % 4:
         return g.call_function(aten.index_select.default, (rows, 0, g.get_attr(name)))
-    # four channels per int32: IREE copies a gathered row element by element
-    words = g.call_function(aten.view.dtype, (rows, torch.int32))
+    # four (eight) channels per int32 (int64): IREE copies a gathered row element by element
+    words = g.call_function(aten.view.dtype, (rows, torch.int64 if c % 8 == 0 else torch.int32))
     picked = g.call_function(aten.index_select.default, (words, 0, g.get_attr(name)))
     return g.call_function(aten.view.dtype, (picked, torch.int8))
