@@ -48,7 +48,8 @@ FLAG_SETS = {
     # u8 × s8 matmuls on IREE's inner-tiled data tiling: vpdpbusd (pipeline/rewrite_int8.py)
     "int8-convs-as-u8-matmul+inner-tiled": ["--edgekit-int8-convs-as-matmul=u8",
                                             "--iree-opt-data-tiling",
-                                            "--iree-llvmcpu-enable-inner-tiled"],
+                                            "--iree-llvmcpu-enable-inner-tiled",
+                                            "--iree-llvmcpu-enable-ukernels=all"],
 }
 INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
 MODES = ("fp32", "int8", "fp16")

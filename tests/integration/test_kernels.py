@@ -111,7 +111,8 @@ def test_the_u8_form_runs_on_vpdpbusd_and_computes_what_the_int8_form_does(write
     plain.write_text("extends: host\nquantize_flags: {int8: []}\n")
     bundles = {}
     for form, flags in (("on", "--iree-opt-data-tiling"),
-                        ("u8", "--iree-opt-data-tiling, --iree-llvmcpu-enable-inner-tiled")):
+                        ("u8", "--iree-opt-data-tiling, --iree-llvmcpu-enable-inner-tiled, "
+                               "--iree-llvmcpu-enable-ukernels=all")):
         path = write_recipe(INT8 + f"compile: {{flags: [--edgekit-int8-convs-as-matmul={form}, "
                                    f"{flags}]}}\n", f"{form}.yaml")
         bundles[form] = build(BuildOptions(recipe=path, target=str(plain), out=tmp_path / form,
