@@ -28,3 +28,14 @@ def test_enough_taps_hold_the_largest_weight_sum():
 
 def test_a_zero_weight_sum_needs_no_taps():
     assert _correction_taps(torch.zeros(4, 3, 3, 4, dtype=torch.int8), 134, 4) == 0
+
+
+def test_the_option_takes_on_and_u8_only():
+    import pytest
+
+    from edgekit.config.edgekit_flags import parse_edgekit_flags
+    for value in ("on", "u8"):
+        assert parse_edgekit_flags((f"--edgekit-int8-convs-as-matmul={value}",)) == \
+            {"int8-convs-as-matmul": value}
+    with pytest.raises(ValueError, match="int8-convs-as-matmul"):
+        parse_edgekit_flags(("--edgekit-int8-convs-as-matmul=s8",))
