@@ -138,9 +138,13 @@ def _rewrite(gm: torch.fx.GraphModule, conv, unsigned: bool) -> None:
                                                   (x, 1, i, i + sh * (oh - 1) + 1, sh)),
                                              2, j, j + sw * (ow - 1) + 1, sw))
                     for i in range(kh) for j in range(kw)]
+            if extra_taps:
+                taps.append(call(aten.full.default, ([n, oh, ow, extra_taps * c], x_zp),
+                                 {"dtype": x_dtype}))
             cols = call(aten.cat.default, (taps, 3)) if len(taps) > 1 else taps[0]
-        if unsigned and n == 1 and extra_taps:
-            cols = call(aten.reshape.default, (cols, [oh * ow, (kh * kw + extra_taps) * cin]))
+        if extra_taps:
+            cols = call(aten.reshape.default, (cols, [n * oh * ow,
+                                                      (kh * kw + extra_taps) * cin]))
         else:
             cols = call(aten.reshape.default, (cols, [n * oh * ow, kh * kw * cin]))
         if unsigned:
