@@ -173,7 +173,8 @@ def main() -> None:
                 flag_sets=tuple(opts.flag_sets.split(",")) if opts.flag_sets else None,
                 rounds=opts.tune_rounds, repetitions=opts.tune_repetitions,
                 runtime=opts.tune_runtime, conv_choice=opts.conv_choice,
-                dispatches=opts.dispatches, per_dispatch=opts.per_dispatch))
+                dispatches=opts.dispatches, per_dispatch=opts.per_dispatch),
+                on_progress=lambda text: print(f"  {text}", file=sys.stderr, flush=True))
         record = records[max(THREADS)]
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
