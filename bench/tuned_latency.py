@@ -144,6 +144,11 @@ def main() -> None:
     parser.add_argument("--per-call", action="store_true",
                         help="per round, the median call instead of the mean (a loaded "
                              "machine's preemptions inflate means)")
+    parser.add_argument("--fastest", action="store_true",
+                        help="per round, the fastest call instead (a machine loaded far beyond "
+                             "its cores preempts most calls: at a load of 20 on 2 cores the "
+                             "round medians spread over 100%%; the fastest call is the code's "
+                             "own speed)")
     parser.add_argument("--tune-runtime", default="in-process", choices=("in-process", "tools"),
                         help="where `edgekit tune` times the candidates (tools: "
                              "iree-benchmark-module, the behaviour before issue 22)")
@@ -230,7 +235,9 @@ def main() -> None:
                    "tuned_variant": cols["tuned_variant"],
                    "untuned_variant": record.default_variant,
                    # the tuner's own word on its choice: confirmed in fresh rounds or not
-                   "confirmation": records[t].confirmation}
+                   "confirmation": records[t].confirmation,
+                   "per_round": "fastest call" if opts.fastest else
+                   "median call" if opts.per_call else "mean call"}
             for column, runner in cols.items():
                 if column != "tuned_variant":
                     row[f"{column}_x_ort"] = round(timing[runner]["median_ms"] / ort_ms, 3)
@@ -247,7 +254,7 @@ def _timed_in_own_process(recipe: Path, inputs_bundle: Path, modules: dict[str, 
     otherwise compete for this machine's cores between calls."""
     plan = {"recipe": str(recipe), "inputs_bundle": str(inputs_bundle), "modules": modules,
             "threads": threads, "rounds": opts.rounds, "seconds": opts.seconds / len(THREADS),
-            "per_call": opts.per_call, "torch": not opts.brief}
+            "per_call": opts.per_call, "torch": not opts.brief, "fastest": opts.fastest}
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(plan)],
                           capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -265,10 +272,45 @@ def _worker(plan: dict) -> None:
     runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
     if plan.get("torch", True):
         runners[f"torch@{t}"] = torch_runner(model, inputs, t)
+    if plan.get("fastest"):
+        print(json.dumps(fastest_interleaved(runners, plan["rounds"], plan["seconds"])))
+        for module in _KEEP:
+            module.close()
+        return
     print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"],
                                       plan.get("per_call", False))))
     for module in _KEEP:
         module.close()
+
+
+def fastest_interleaved(runners: dict, rounds: int, budget_s: float) -> dict:
+    """Per runner: the median over rounds of each round's fastest call, rounds interleaved in
+    a shuffled order as host_latency.time_interleaved's (same keys: median_ms, spread_ms)."""
+    import random
+    import time
+    for run in runners.values():         # warm-up
+        for _ in range(3):
+            run()
+    first = {}
+    for name, run in runners.items():
+        started = time.perf_counter()
+        run()
+        first[name] = time.perf_counter() - started
+    calls = {name: max(2, int(budget_s / rounds / len(runners) / max(s, 1e-6)))
+             for name, s in first.items()}
+    fastest: dict[str, list[float]] = {name: [] for name in runners}
+    order = list(runners)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            best = math.inf
+            for _ in range(calls[name]):
+                started = time.perf_counter()
+                runners[name]()
+                best = min(best, time.perf_counter() - started)
+            fastest[name].append(best * 1e3)
+    return {name: {"median_ms": float(np.median(v)), "spread_ms": max(v) - min(v),
+                   "calls_per_round": calls[name]} for name, v in fastest.items()}
 
 
 def report(rows: list[dict]) -> None:
@@ -292,8 +334,8 @@ def report(rows: list[dict]) -> None:
                   f"{_x(dflt and dflt / r['tuned_x_ort']):>11}"
                   f"{r['ort_spread_pct']:>12.1f}%/{r['untuned_spread_pct']:.1f}%/"
                   f"{r['tuned_spread_pct']:.1f}%  {r['tuned_variant']} ({r['tuned_in']})")
-        print("spread: range of the per-round medians over their median, per runner "
-              "(the run's noise)")
+        print(f"per round: the {mine[0].get('per_round', 'mean call')}; spread: range of the "
+              "per-round figures over their median, per runner (the run's noise)")
         if sets:
             print("per flag set:", ", ".join(
                 f"{s} " + "/".join(f"{r.get(f'set:{s}_x_ort', math.inf):.2f}" for r in mine)
