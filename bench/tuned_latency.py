@@ -216,7 +216,8 @@ def main() -> None:
                 cols["torch"] = f"torch@{t}"
         timing: dict[str, dict] = {}
         for t in THREADS:
-            print(f"timing {key} at {t} thread(s) ({len(modules[t]) + 2} runners)…",
+            print(f"timing {key} at {t} thread(s) "
+                  f"({len(modules[t]) + (1 if opts.brief else 2)} runners)…",
                   file=sys.stderr, flush=True)
             timing.update(_timed_in_own_process(recipe, bundle.path, modules[t], t, opts))
         for t in THREADS:
