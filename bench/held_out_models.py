@@ -9,6 +9,15 @@ each factory returns (model, example inputs) as a recipe's `python:` model does.
   torchvision's wheel does not import beside this torch (facts.md), 224x224.
 - minilm: MiniLM-L6 (all-MiniLM-L6-v2's BertConfig: 6 layers, hidden 384, 12 heads,
   intermediate 1536, vocab 30522) from transformers' own BertModel, 128 tokens, mean-pooled.
+  Its TOSA lowering fails (transformers' attention mask: an f64 `tosa.cast`), so it is tuned
+  on linalg (`--lowerings linalg`), where the untuned build falls back to as well.
+
+First run, 1 thread, `--brief --fastest --tune-rounds 7` (a shared 2-core machine at a load of
+~25, so the long models' figures are rough), untuned → tuned, ratio to onnxruntime: ResNet-50
+3.09× → 2.22× (tosa/convs-as-matmul+data-tiling+tile-1m, its win repeated at -30.6% ±3.3%;
+round spread 77-102%), MobileNetV3-Small 1.86× → 1.52× (tosa/fold-batchnorm+data-tiling,
+-20.0% ±4.5%; spread 7-14%), MiniLM-L6 1.97× → 1.33× (linalg/data-tiling, -22.5% ±8.3%;
+spread 64-99%).
 """
 
 from __future__ import annotations
