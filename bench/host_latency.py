@@ -106,13 +106,13 @@ def time_interleaved(runners: dict[str, callable], rounds: int, budget_s: float,
         for _ in range(3):
             run()
     # size a round so that each runner gets ~budget_s/rounds of calls in total
-    per_call = {}
+    one_call = {}
     for name, run in runners.items():
         t = time.perf_counter()
         run()
-        per_call[name] = time.perf_counter() - t
+        one_call[name] = time.perf_counter() - t
     calls = {name: max(1, int(budget_s / rounds / len(runners) / max(pc, 1e-6)))
-             for name, pc in per_call.items()}
+             for name, pc in one_call.items()}
     samples: dict[str, list[float]] = {name: [] for name in runners}
     order = list(runners)
     for _ in range(rounds):

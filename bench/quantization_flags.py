@@ -41,6 +41,15 @@ FLAG_SETS = {
     # edgekit's int8 im2col + integer matmul (pipeline/rewrite_int8.py; int8 builds only)
     "int8-convs-as-matmul+data-tiling": ["--edgekit-int8-convs-as-matmul=on",
                                          "--iree-opt-data-tiling"],
+    # the same with IREE's mmt4d ukernels (host's int8 profile flags)
+    "int8-convs-as-matmul+data-tiling+ukernels": ["--edgekit-int8-convs-as-matmul=on",
+                                                  "--iree-opt-data-tiling",
+                                                  "--iree-llvmcpu-enable-ukernels=all"],
+    # u8 × s8 matmuls on IREE's inner-tiled data tiling: vpdpbusd (pipeline/rewrite_int8.py)
+    "int8-convs-as-u8-matmul+inner-tiled": ["--edgekit-int8-convs-as-matmul=u8",
+                                            "--iree-opt-data-tiling",
+                                            "--iree-llvmcpu-enable-inner-tiled",
+                                            "--iree-llvmcpu-enable-ukernels=all"],
 }
 INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
 MODES = ("fp32", "int8", "fp16")

@@ -27,7 +27,16 @@ give; tuned must be at least as good.
 
     python bench/tuned_latency.py                       # all four models (~15 min cold)
     python bench/tuned_latency.py --models kws_mlp --json out.json
-    EDGEKIT_BENCH_DIR=/tmp/mine python bench/tuned_latency.py   # bundles there (default /tmp/edgekit-bench-tuned)
+    # the held-out real models (bench/held_out_models.py), tuned at one thread on a time budget:
+    python bench/tuned_latency.py --models mobilenet_v3_small,minilm,resnet50 --threads 1 \
+        --brief --lowerings tosa --flag-sets default,data-tiling --per-call
+    EDGEKIT_BENCH_DIR=/tmp/mine python bench/tuned_latency.py   # bundles there
+                                                    # (default /tmp/edgekit-bench-tuned)
+
+Every model is tuned with edgekit's confirmation (tune/tuner.py): the tuned variant is the
+untuned build unless its win repeated in fresh rounds, so "tuned" ≤ "untuned" up to this run's
+noise (the spread columns). `--brief` times only the untuned build, the tuned one and
+onnxruntime (a held-out ResNet-50's IREE-defaults build alone costs minutes).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import held_out_models  # noqa: E402
 from host_latency import (load_model, ort_runner, time_interleaved,  # noqa: E402
                           torch_runner)
 
@@ -58,6 +68,7 @@ from edgekit.tune.tuner import TuneOptions, tune  # noqa: E402
 
 MODELS = {"mobilenet_v2": "mobilenet_v2.yaml", "resnet18": "resnet18.yaml",
           "text_encoder": "text_encoder.yaml", "kws_mlp": "kws_mlp.yaml"}
+HELD_OUT = tuple(held_out_models.RECIPES)      # resnet50, mobilenet_v3_small, minilm
 THREADS = (1, 2)
 
 
@@ -105,14 +116,39 @@ def module_of(recipe: Path, candidate, key: str) -> Path:
     return build(BuildOptions(recipe=recipe, target="host", out=out, variant=variant)).bundle.module
 
 
+def recipe_of(key: str) -> Path:
+    if key in MODELS:
+        return ROOT / "recipes" / MODELS[key]
+    if key in HELD_OUT:
+        return held_out_models.recipe(key, WORK / "recipes")
+    raise SystemExit(f"unknown model {key!r}: expected one of: "
+                     f"{', '.join((*MODELS, *HELD_OUT))}")
+
+
 def main() -> None:
+    global THREADS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated, of {', '.join((*MODELS, *HELD_OUT))}")
+    parser.add_argument("--threads", default="1,2",
+                        help="thread budgets, comma-separated (each is tuned and timed)")
     parser.add_argument("--lowerings", default="tosa,linalg")
+    parser.add_argument("--flag-sets", default="",
+                        help="the profile's flag sets to tune over (default: all), e.g. "
+                             "default,data-tiling: a budget for large models")
+    parser.add_argument("--tune-rounds", type=int, default=5)
+    parser.add_argument("--tune-repetitions", type=int, default=20)
+    parser.add_argument("--brief", action="store_true",
+                        help="time only the untuned build, the tuned one and onnxruntime")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--per-call", action="store_true",
                         help="per round, the median call instead of the mean (a loaded "
                              "machine's preemptions inflate means)")
+    parser.add_argument("--fastest", action="store_true",
+                        help="per round, the fastest call instead (a machine loaded far beyond "
+                             "its cores preempts most calls: at a load of 20 on 2 cores the "
+                             "round medians spread over 100%%; the fastest call is the code's "
+                             "own speed)")
     parser.add_argument("--tune-runtime", default="in-process", choices=("in-process", "tools"),
                         help="where `edgekit tune` times the candidates (tools: "
                              "iree-benchmark-module, the behaviour before issue 22)")
@@ -126,10 +162,11 @@ def main() -> None:
                              "(`edgekit tune --conv-choice`)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     opts = parser.parse_args()
+    THREADS = tuple(sorted({int(t) for t in opts.threads.split(",")}))
     warnings.filterwarnings("ignore")
     rows = []
     for key in opts.models.split(","):
-        recipe = ROOT / "recipes" / MODELS[key]
+        recipe = recipe_of(key)
         # one tuning per thread budget, as a user with that budget runs it (`edgekit tune
         # --threads 1` / `--threads 1,2`): the searches refine each budget's own choice
         records = {}
@@ -137,9 +174,12 @@ def main() -> None:
             print(f"tuning {key} for {t} thread(s)…", file=sys.stderr, flush=True)
             records[t] = tune(TuneOptions(
                 recipe=recipe, target="host", threads=tuple(n for n in THREADS if n <= t),
-                lowerings=tuple(opts.lowerings.split(",")), rounds=5, repetitions=20,
+                lowerings=tuple(opts.lowerings.split(",")),
+                flag_sets=tuple(opts.flag_sets.split(",")) if opts.flag_sets else None,
+                rounds=opts.tune_rounds, repetitions=opts.tune_repetitions,
                 runtime=opts.tune_runtime, conv_choice=opts.conv_choice,
-                dispatches=opts.dispatches, per_dispatch=opts.per_dispatch))
+                dispatches=opts.dispatches, per_dispatch=opts.per_dispatch),
+                on_progress=lambda text: print(f"  {text}", file=sys.stderr, flush=True))
         record = records[max(THREADS)]
         ok = [c for c in record.candidates if c.status == "ok"]
         first = next(c for c in ok if c.variant == record.default_variant)
@@ -164,16 +204,20 @@ def main() -> None:
             untuned = next(c for c in ok if c.variant == record.default_variant
                            and c.threads == t)
             cols["untuned"] = runner_for(untuned, t, t)
-            cols["iree_defaults"] = runner_for(IREE_DEFAULTS, t, t)
-            for name, c in best_by_set(record, t).items():
-                cols[f"set:{name}"] = runner_for(c, t, t)
+            if not opts.brief:
+                cols["iree_defaults"] = runner_for(IREE_DEFAULTS, t, t)
+                for name, c in best_by_set(record, t).items():
+                    cols[f"set:{name}"] = runner_for(c, t, t)
             tuned = records[t].chosen
             cols["tuned"] = runner_for(tuned, tuned.threads, t)
             cols["tuned_variant"] = f"{tuned.variant} {tuned.threads}t"
-            cols["onnxruntime"], cols["torch"] = f"onnxruntime@{t}", f"torch@{t}"
+            cols["onnxruntime"] = f"onnxruntime@{t}"
+            if not opts.brief:
+                cols["torch"] = f"torch@{t}"
         timing: dict[str, dict] = {}
         for t in THREADS:
-            print(f"timing {key} at {t} thread(s) ({len(modules[t]) + 2} runners)…",
+            print(f"timing {key} at {t} thread(s) "
+                  f"({len(modules[t]) + (1 if opts.brief else 2)} runners)…",
                   file=sys.stderr, flush=True)
             timing.update(_timed_in_own_process(recipe, bundle.path, modules[t], t, opts))
         for t in THREADS:
@@ -187,8 +231,14 @@ def main() -> None:
                                            / ort_ms, 1),
                    "tuned_spread_pct": round(100 * timing[cols["tuned"]]["spread_ms"]
                                              / timing[cols["tuned"]]["median_ms"], 1),
+                   "untuned_spread_pct": round(100 * timing[cols["untuned"]]["spread_ms"]
+                                               / timing[cols["untuned"]]["median_ms"], 1),
                    "tuned_variant": cols["tuned_variant"],
-                   "untuned_variant": record.default_variant}
+                   "untuned_variant": record.default_variant,
+                   # the tuner's own word on its choice: confirmed in fresh rounds or not
+                   "confirmation": records[t].confirmation,
+                   "per_round": "fastest call" if opts.fastest else
+                   "median call" if opts.per_call else "mean call"}
             for column, runner in cols.items():
                 if column != "tuned_variant":
                     row[f"{column}_x_ort"] = round(timing[runner]["median_ms"] / ort_ms, 3)
@@ -205,7 +255,7 @@ def _timed_in_own_process(recipe: Path, inputs_bundle: Path, modules: dict[str, 
     otherwise compete for this machine's cores between calls."""
     plan = {"recipe": str(recipe), "inputs_bundle": str(inputs_bundle), "modules": modules,
             "threads": threads, "rounds": opts.rounds, "seconds": opts.seconds / len(THREADS),
-            "per_call": opts.per_call}
+            "per_call": opts.per_call, "torch": not opts.brief, "fastest": opts.fastest}
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(plan)],
                           capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -221,38 +271,83 @@ def _worker(plan: dict) -> None:
     runners = {name: task_runner(Path(path), inputs, int(name.rsplit("@", 1)[1]))
                for name, path in plan["modules"].items()}
     runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
-    runners[f"torch@{t}"] = torch_runner(model, inputs, t)
+    if plan.get("torch", True):
+        runners[f"torch@{t}"] = torch_runner(model, inputs, t)
+    if plan.get("fastest"):
+        print(json.dumps(fastest_interleaved(runners, plan["rounds"], plan["seconds"])))
+        for module in _KEEP:
+            module.close()
+        return
     print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"],
                                       plan.get("per_call", False))))
     for module in _KEEP:
         module.close()
 
 
+def fastest_interleaved(runners: dict, rounds: int, budget_s: float) -> dict:
+    """Per runner: the median over rounds of each round's fastest call, rounds interleaved in
+    a shuffled order as host_latency.time_interleaved's (same keys: median_ms, spread_ms)."""
+    import random
+    import time
+    for run in runners.values():         # warm-up
+        for _ in range(3):
+            run()
+    first = {}
+    for name, run in runners.items():
+        started = time.perf_counter()
+        run()
+        first[name] = time.perf_counter() - started
+    calls = {name: max(2, int(budget_s / rounds / len(runners) / max(s, 1e-6)))
+             for name, s in first.items()}
+    fastest: dict[str, list[float]] = {name: [] for name in runners}
+    order = list(runners)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            best = math.inf
+            for _ in range(calls[name]):
+                started = time.perf_counter()
+                runners[name]()
+                best = min(best, time.perf_counter() - started)
+            fastest[name].append(best * 1e3)
+    return {name: {"median_ms": float(np.median(v)), "spread_ms": max(v) - min(v),
+                   "calls_per_round": calls[name]} for name, v in fastest.items()}
+
+
 def report(rows: list[dict]) -> None:
     sets = sorted({k[len("set:"):-len("_x_ort")] for r in rows for k in r
                    if k.startswith("set:")})
-    for t in THREADS:
+    for t in sorted({r["threads"] for r in rows}):
         mine = [r for r in rows if r["threads"] == t]
         geo = {s: math.exp(sum(math.log(r.get(f"set:{s}_x_ort", math.inf)) for r in mine)
                            / len(mine)) for s in sets}
-        best = min(geo, key=geo.get)
+        best = min(geo, key=geo.get) if geo else None
         print(f"\n{t} thread(s) — ratios to onnxruntime (lower is better); best single flag "
-              f"set across models: {best}")
-        print(f"{'model':<14}{'ort ms':>9}{'torch':>8}{'IREE dflt':>10}{'untuned':>9}"
-              f"{'best set':>10}{'tuned':>8}{'dflt/tuned':>11}{'spread ort/tuned':>18}"
-              "  tuned variant (timed in)")
+              f"set across models: {best or '- (--brief)'}")
+        print(f"{'model':<19}{'ort ms':>9}{'torch':>8}{'IREE dflt':>10}{'untuned':>9}"
+              f"{'best set':>10}{'tuned':>8}{'dflt/tuned':>11}"
+              f"{'spread ort/untuned/tuned':>26}  tuned variant (timed in)")
         for r in mine:
-            print(f"{r['model']:<14}{r['onnxruntime_ms']:>9.3f}{r['torch_x_ort']:>7.2f}x"
-                  f"{r['iree_defaults_x_ort']:>9.2f}x{r['untuned_x_ort']:>8.2f}x"
-                  f"{r.get(f'set:{best}_x_ort', math.inf):>9.2f}x{r['tuned_x_ort']:>7.2f}x"
-                  f"{r['iree_defaults_x_ort'] / r['tuned_x_ort']:>10.2f}x"
-                  f"{r['ort_spread_pct']:>10.1f}%/{r['tuned_spread_pct']:.1f}%"
-                  f"  {r['tuned_variant']} ({r['tuned_in']})")
-        print("spread: range of the per-round medians over their median, per runner "
-              "(the run's noise)")
-        print("per flag set:", ", ".join(
-            f"{s} " + "/".join(f"{r.get(f'set:{s}_x_ort', math.inf):.2f}" for r in mine)
-            for s in sets))
+            dflt = r.get("iree_defaults_x_ort")
+            print(f"{r['model']:<19}{r['onnxruntime_ms']:>9.3f}"
+                  f"{_x(r.get('torch_x_ort')):>8}{_x(dflt):>10}{_x(r['untuned_x_ort']):>9}"
+                  f"{_x(r.get(f'set:{best}_x_ort')):>10}{_x(r['tuned_x_ort']):>8}"
+                  f"{_x(dflt and dflt / r['tuned_x_ort']):>11}"
+                  f"{r['ort_spread_pct']:>12.1f}%/{r['untuned_spread_pct']:.1f}%/"
+                  f"{r['tuned_spread_pct']:.1f}%  {r['tuned_variant']} ({r['tuned_in']})")
+        print(f"per round: the {mine[0].get('per_round', 'mean call')}; spread: range of the "
+              "per-round figures over their median, per runner (the run's noise)")
+        if sets:
+            print("per flag set:", ", ".join(
+                f"{s} " + "/".join(f"{r.get(f'set:{s}_x_ort', math.inf):.2f}" for r in mine)
+                for s in sets))
+        for r in mine:
+            if r.get("confirmation"):
+                print(f"  {r['model']}: {r['confirmation']}")
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 if __name__ == "__main__":

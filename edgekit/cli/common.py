@@ -57,6 +57,8 @@ def handle_errors(fn):
         except Exception as exc:
             _report_unexpected(exc, as_json)
             sys.exit(EdgekitError.exit_code)  # "other error"
+        finally:
+            render.set_wide(False)
     return wrapper
 
 

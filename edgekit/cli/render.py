@@ -108,12 +108,18 @@ def status(text: str):
             yield shown
 
 
+_narrow_out: SafeConsole | None = None    # the console --wide replaced, put back after
+
+
 def set_wide(value: bool) -> None:
-    """`--wide`: the tables are printed unabbreviated, as wide as their content."""
-    global out, wide
-    if value:
-        wide = True
+    """`--wide`: the tables are printed unabbreviated, as wide as their content; False puts
+    the console back (after the command: a second command in the same process is not wide)."""
+    global out, wide, _narrow_out
+    if value and not wide:
+        _narrow_out, wide = out, True
         out = SafeConsole(width=max(400, out.width))
+    elif not value and wide:
+        out, wide, _narrow_out = _narrow_out or out, False, None
 
 
 def fitted_table(title: str | None, columns: list[tuple[str, str]], **kwargs) -> Table:

@@ -131,7 +131,9 @@ def tuning_table(record) -> None:
     reference = next((o for o in measured if o.variant == record.default_variant
                       and o.threads == top), None)
     gain = paired_gain(c, reference) if reference is not None and c != reference else None
-    if c == reference or (reference is None and c.variant == record.default_variant):
+    if record.confirmation.startswith("win not repeated"):
+        speedup = f" (the untuned build: {escape(record.confirmation)})"
+    elif c == reference or (reference is None and c.variant == record.default_variant):
         speedup = " (the untuned build: " + (
             f"the fastest, {record.fastest}, was {record.gain_pct:.1f}% ±{record.noise_pct:.1f}"
             "% faster: not beyond 3% and the noise)" if record.gain_pct is not None and
@@ -150,3 +152,5 @@ def tuning_table(record) -> None:
     render.out.print(f"chosen: {c.variant} at {c.threads} thread(s), p50 {c.p50_ms:.4f} ms"
                      f"{speedup}{''.join(', ' + o for o in others)}; `edgekit build` and "
                      "`deploy` use it from now on (`--no-tuned` for the profile's default)")
+    if record.confirmation.startswith("win repeated"):
+        render.out.print(f"  {escape(record.confirmation)}", highlight=False)

@@ -16,7 +16,8 @@ OPTIONS = {"convs-as-matmul": "max output pixels (an integer >= 1)",
            "pointwise-as-matmul": "on (1x1 convolutions as channels-last matmuls)",
            # int8 builds: quantized convolutions as int8 im2col + integer matmul, which data
            # tiling puts on dot-product instructions (pipeline/rewrite_int8.py)
-           "int8-convs-as-matmul": "on (int8 convolutions as integer im2col + matmul)",
+           "int8-convs-as-matmul": "on or u8 (int8 convolutions as integer im2col + matmul; "
+                                   "u8: the patches as uint8, for x86 VNNI's u8 x s8)",
            # per-dispatch configurations `edgekit tune` found (tune/dispatch_configs.py), by
            # the sha256 of their content: the digest, not a path, enters the build key
            "dispatch-configs": "sha256 of a tuned dispatch configuration set (64 hex digits)"}
@@ -25,7 +26,7 @@ _VALID = {**{name: lambda v: v.isdigit() and int(v) >= 1 for name in _INTEGER},
           "im2col-convs": lambda v: v == "all" or _SELECTION.fullmatch(v) is not None,
           "fold-batchnorm": lambda v: v == "on",
           "pointwise-as-matmul": lambda v: v == "on",
-          "int8-convs-as-matmul": lambda v: v == "on",
+          "int8-convs-as-matmul": lambda v: v in ("on", "u8"),
           "dispatch-configs": lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None}
 
 _SELECTION = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")

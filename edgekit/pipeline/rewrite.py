@@ -83,12 +83,13 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
                         if v is not None)
         notes.append(f"{rewritten} of {before} convolutions as im2col + matmul ({how})")
     quantized = exported.quantization is not None and exported.quantization.mode == "int8"
-    if options.get("int8-convs-as-matmul") == "on" and quantized:
+    as_matmul = options.get("int8-convs-as-matmul")
+    if as_matmul in ("on", "u8") and quantized:
         from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
-        program, rewritten, total = int8_convs_as_matmul(program)
+        program, rewritten, total = int8_convs_as_matmul(program, unsigned=as_matmul == "u8")
         if total:                     # a model without convolutions: nothing to say
             notes.append(f"{rewritten} of {total} int8 convolutions as int8 im2col + "
-                         f"integer matmul ({PREFIX}int8-convs-as-matmul=on)")
+                         f"integer matmul ({PREFIX}int8-convs-as-matmul={as_matmul})")
     min_rows = options.get("softmax-by-columns")
     if min_rows is not None:
         softmax = {torch.ops.aten.softmax.int: softmax_by_columns(min_rows)}

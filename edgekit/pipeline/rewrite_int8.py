@@ -13,7 +13,20 @@ becomes: the patches gathered from the int8 `xq` itself (channels-last taps, pad
 activation's zero point so a padded tap dequantizes to 0), then
 `linear(dequantize(patches), dequantize_per_channel(wq as cout × (kh·kw·cin), axis 0), b)` —
 the pattern torch-mlir already fuses into an integer matmul (the classifier head's). Grouped,
-dilated or dynamically shaped convolutions are left as they are.
+dilated or dynamically shaped convolutions are left as they are. Each convolution's permute
+back to NCHW moves past the ReLU and requantization after it and cancels against the next
+one's permute to NHWC, so IREE sees pixels × cout matmuls, not transposed ones.
+
+`--edgekit-int8-convs-as-matmul=u8` (x86 with AVX-512 VNNI, with IREE's
+`--iree-llvmcpu-enable-inner-tiled`): s8 × s8 data tiling runs on `vpdpwssd` (int16 pairs,
+32 products an instruction), which bounds the small CNN's matmuls. The patches as uint8 (the
+sign bit flipped: + 128, zero point too) make them u8 × s8 matmuls, which the inner-tiled path
+puts on `vpdpbusd` (64 products). That path (IREE 3.13) fails on a matvec and on any epilogue
+fused into the matmul that broadcasts a per-channel vector, so here (see _u8_linear) the matmul
+is per-tensor with the per-channel scale and bias as full rows × cout constants after it, a
+nonzero activation zero point is cancelled inside the integer sum, and a one-row linear (the
+classifier head) runs on two copies of its row. Integer sums and the same float operations in
+the same order: the module's outputs are the `on` module's, bit for bit.
 """
 
 from __future__ import annotations
@@ -51,18 +64,25 @@ def _convertible(node) -> bool:
     return shape is not None and shape.dim() == 4 and len(stride) == 2 and len(padding) == 2
 
 
-def int8_convs_as_matmul(program: torch.export.ExportedProgram
+def int8_convs_as_matmul(program: torch.export.ExportedProgram, unsigned: bool = False
                          ) -> tuple[torch.export.ExportedProgram, int, int]:
     """(the program with its quantized convolutions as int8 im2col + integer linear, how many
-    were rewritten, how many convolutions it had)."""
+    were rewritten, how many convolutions it had). `unsigned`: the `u8` form (module docstring):
+    uint8 patches, per-tensor matmuls with rows × cout epilogue constants, one-row int8 linears
+    on two rows."""
     gm = program.module()
     convs = [n for n in gm.graph.nodes if n.op == "call_function"
              and n.target is torch.ops.aten.conv2d.default]
     chosen = [n for n in convs if _convertible(n)]
-    if not chosen:
+    rows = [n for n in gm.graph.nodes if _single_row_linear(n)
+            and _zeros(gm, n.args[1].args[2])] if unsigned else []
+    if not chosen and not rows:
         return program, 0, len(convs)
     for node in chosen:
-        _rewrite(gm, node)
+        _rewrite(gm, node, unsigned)
+    for node in rows:
+        _two_rows(gm, node)
+    _sink_nchw_permutes(gm)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     args = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
@@ -72,7 +92,7 @@ def int8_convs_as_matmul(program: torch.export.ExportedProgram
     return torch.export.export(gm, examples, strict=False), len(chosen), len(convs)
 
 
-def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
+def _rewrite(gm: torch.fx.GraphModule, conv, unsigned: bool) -> None:
     q, aten = _ops(), torch.ops.aten
     args = list(conv.args) + [None] * (7 - len(conv.args))
     dq_x, dq_w, bias = args[0], args[1], args[2]
@@ -89,13 +109,27 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
     # zero point and the weights with 0 (symmetric weights: dequantizes to 0), so the gather
     # moves whole int32 words
     extra = (-c) % 4 if n == 1 and _zeros(gm, w_zps) else 0
+    # u8 × s8 (see _u8_linear): int8 activations, symmetric stored weights, bias stored
+    unsigned = (unsigned and x_dtype == torch.int8 and isinstance(x_zp, int) and
+                _zeros(gm, w_zps) and getattr(wq, "op", None) == "get_attr" and
+                (bias is None or getattr(bias, "op", None) == "get_attr"))
     with g.inserting_before(conv):
         x = call(aten.permute.default, (xq, [0, 2, 3, 1]))
+        if unsigned:
+            # int8 → uint8 by flipping the sign bit (= + 128); IREE fuses it into the producer
+            flip = call(aten.scalar_tensor.default, (-128,), {"dtype": torch.int8})
+            x = call(aten.view.dtype, (call(aten.bitwise_xor.Tensor, (x, flip)), torch.uint8))
+            x_zp, x_min, x_max, x_dtype = x_zp + 128, 0, 255, torch.uint8
         if extra:
             x = call(aten.constant_pad_nd.default, (x, [0, extra], x_zp))
             c = cin = c + extra
+        extra_taps = 0
+        if unsigned and x_zp:
+            # taps of zero points that cancel the zero point's product (see _u8_linear)
+            extra_taps = _correction_taps(_value(gm, wq), x_zp, c)
         if n == 1:
-            cols = _gathered(gm, conv, x, x_zp, (h, w, c), (kh, kw), (sh, sw), (ph, pw))
+            cols = _gathered(gm, conv, x, x_zp, x_dtype, (h, w, c), (kh, kw), (sh, sw),
+                             (ph, pw), extra_taps)
         else:
             if ph or pw:
                 # the zero point is a Python number in PT2E's per-tensor ops
@@ -104,8 +138,28 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
                                                   (x, 1, i, i + sh * (oh - 1) + 1, sh)),
                                              2, j, j + sw * (ow - 1) + 1, sw))
                     for i in range(kh) for j in range(kw)]
+            if extra_taps:
+                taps.append(call(aten.full.default, ([n, oh, ow, extra_taps * c], x_zp),
+                                 {"dtype": x_dtype}))
             cols = call(aten.cat.default, (taps, 3)) if len(taps) > 1 else taps[0]
-        cols = call(aten.reshape.default, (cols, [n * oh * ow, kh * kw * cin]))
+        if extra_taps:
+            cols = call(aten.reshape.default, (cols, [n * oh * ow,
+                                                      (kh * kw + extra_taps) * cin]))
+        else:
+            cols = call(aten.reshape.default, (cols, [n * oh * ow, kh * kw * cin]))
+        if unsigned:
+            weight = _value(gm, wq).permute(0, 2, 3, 1)
+            if extra:
+                weight = torch.nn.functional.pad(weight, (0, extra))
+            weight = weight.reshape(cout, kh * kw * cin)
+            out = _u8_linear(gm, conv.name, cols, x_scale, x_zp, weight, _value(gm, w_scales),
+                             _value(gm, bias) if bias is not None else None, n * oh * ow,
+                             extra_taps * cin)
+            out = call(aten.reshape.default, (out, [n, oh, ow, cout]))
+            out = call(aten.permute.default, (out, [0, 3, 1, 2]))
+            conv.replace_all_uses_with(out)
+            g.erase_node(conv)
+            return
         dq_cols = call(q.dequantize_per_tensor.default,
                        (cols, x_scale, x_zp, x_min, x_max, x_dtype))
         wt = call(aten.permute.default, (wq, [0, 2, 3, 1]))
@@ -121,6 +175,157 @@ def _rewrite(gm: torch.fx.GraphModule, conv) -> None:
     g.erase_node(conv)
 
 
+_TO_NCHW, _TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+
+
+def _unary(node) -> bool:
+    """An elementwise op of one tensor (its other arguments plain numbers and dtypes)."""
+    q, aten = _ops(), torch.ops.aten
+    return (node.op == "call_function" and node.target in (
+        aten.relu.default, aten.relu_.default, aten.hardtanh.default, aten.clamp.default,
+        q.quantize_per_tensor.default, q.dequantize_per_tensor.default) and
+        not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values())))
+
+
+def _sink_nchw_permutes(gm: torch.fx.GraphModule) -> None:
+    """Move each rewritten convolution's permute back to NCHW past the elementwise ops after
+    it (ReLU, requantization) until it meets the next convolution's permute to NHWC (both
+    go); not past a float mean (its sum in another order is not bit-identical). Left in place,
+    IREE folds the pair into the matmul as a transposed output — a cout × pixels matmul whose
+    activations are its right-hand operand."""
+    aten, g = torch.ops.aten, gm.graph
+    g.eliminate_dead_code()        # the replaced convolutions' dequantize ops: extra users
+    moved = True
+    while moved:
+        moved = False
+        for p in list(g.nodes):
+            if not (_is(p, aten.permute.default) and list(p.args[1]) == _TO_NCHW and
+                    len(p.users) == 1):
+                continue
+            (user,) = p.users
+            y = p.args[0]
+            if _is(user, aten.permute.default) and list(user.args[1]) == _TO_NHWC:
+                user.replace_all_uses_with(y)
+            elif _unary(user) and user.args[0] is p:
+                with g.inserting_before(user):
+                    inner = g.call_function(user.target, (y, *user.args[1:]), dict(user.kwargs))
+                    outer = g.call_function(aten.permute.default, (inner, _TO_NCHW))
+                user.replace_all_uses_with(outer)
+            else:
+                continue
+            g.erase_node(user)
+            g.erase_node(p)
+            moved = True
+
+
+def _single_row_linear(node) -> bool:
+    """An integer linear of one row (a classifier head): IREE 3.13's inner-tiled data tiling
+    (`--iree-llvmcpu-enable-inner-tiled`, the path with x86's u8 × s8 VNNI tiles) crashes on
+    the matvec it becomes."""
+    q = _ops()
+    if node.target is not torch.ops.aten.linear.default:
+        return False
+    x, w = node.args[0], node.args[1]
+    shape = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    return (_is(x, q.dequantize_per_tensor.default) and x.args[5] == torch.int8 and
+            isinstance(x.args[2], int) and _is(w, q.dequantize_per_channel.default) and
+            w.args[3] == 0 and w.args[0].op == "get_attr" and
+            (bias is None or getattr(bias, "op", None) == "get_attr") and
+            shape is not None and shape.dim() == 2 and shape.shape[0] == 1)
+
+
+def _two_rows(gm: torch.fx.GraphModule, linear) -> None:
+    """The row as uint8, twice (a 2-row u8 × s8 matmul, _u8_linear), then the larger of the
+    two equal result rows: the same values (IREE folds a slice of the product back into a
+    matvec, and its inner-tiled data tiling fails on matvecs)."""
+    aten, g = torch.ops.aten, gm.graph
+    dq_x, dq_w = linear.args[0], linear.args[1]
+    bias = linear.args[2] if len(linear.args) > 2 else linear.kwargs.get("bias")
+    xq, x_scale, x_zp = dq_x.args[:3]
+    weight = _value(gm, dq_w.args[0])
+    with g.inserting_before(linear):
+        flip = g.call_function(aten.scalar_tensor.default, (-128,), {"dtype": torch.int8})
+        xu = g.call_function(aten.view.dtype, (g.call_function(aten.bitwise_xor.Tensor,
+                                                               (xq, flip)), torch.uint8))
+        zp = x_zp + 128
+        cols = g.call_function(aten.cat.default, ([xu, xu], 0))
+        extra_k = _correction_taps(weight, zp, 1) if zp else 0
+        if extra_k:
+            fill = g.call_function(aten.full.default, ([2, extra_k], zp),
+                                   {"dtype": torch.uint8})
+            cols = g.call_function(aten.cat.default, ([cols, fill], 1))
+        out = _u8_linear(gm, linear.name, cols, x_scale, zp, weight, _value(gm, dq_w.args[1]),
+                         _value(gm, bias) if bias is not None else None, 2, extra_k)
+        first = g.call_function(aten.amax.default, (out, [0], True))
+    linear.replace_all_uses_with(first)
+    g.erase_node(linear)
+
+
+def _value(gm, node):
+    """The tensor a get_attr node names (a stored constant), else the value itself."""
+    if not isinstance(node, torch.fx.Node):
+        return node
+    if node.op != "get_attr":
+        raise ValueError(f"not a stored constant: {node}")
+    value = gm
+    for part in str(node.target).split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _correction_taps(wq: torch.Tensor, zp: int, c: int) -> int:
+    """How many taps of `c` weights in [-127, 127] hold -(each output channel's weight sum)."""
+    sums = wq.to(torch.int64).flatten(1).sum(1).abs().max().item()
+    return -(-int(sums) // (127 * c)) if sums else 0
+
+
+def _u8_linear(gm, name, cols, x_scale, x_zp, weight, w_scales, bias, rows, extra_k=0):
+    """uint8 patches (rows × K) times int8 `weight` (cout × K) as IREE's inner-tiled
+    data tiling can take it (x86: `vpdpbusd`, u8 × s8): its per-channel epilogue fused into
+    the matmul's dispatch must not broadcast a vector (IREE 3.13 fails to materialize such an
+    elementwise op), so the matmul is per-tensor (weight scale 1, zero points 0) and the
+    per-channel scale and bias follow as rows × cout constants — the same float operations
+    in the same order as the per-channel form: (acc − zp·Σw)·s_x·s_w + b.
+
+    A nonzero activation zero point: the patches end with taps of the zero point whose
+    weights are −Σw split into int8 pieces, so the integer sum itself subtracts zp·Σw."""
+    q, aten, g = _ops(), torch.ops.aten, gm.graph
+    cout, k = weight.shape
+    if x_zp:
+        total = -weight.to(torch.int64).sum(1)                      # per output channel
+        weight = torch.cat([weight, _pieces(total, extra_k)], 1)
+    qkey = f"_edgekit_u8_{name}"
+    gm.register_buffer(qkey + "_w", weight.to(torch.int8).contiguous())
+    gm.register_buffer(qkey + "_s", w_scales.to(torch.float32).reshape(1, cout)
+                       .expand(rows, cout).contiguous())
+    if bias is not None:
+        gm.register_buffer(qkey + "_b", bias.to(torch.float32).reshape(1, cout)
+                           .expand(rows, cout).contiguous())
+    dq_cols = g.call_function(q.dequantize_per_tensor.default,
+                              (cols, x_scale, 0, 0, 255, torch.uint8))
+    dq_w = g.call_function(q.dequantize_per_tensor.default,
+                           (g.get_attr(qkey + "_w"), 1.0, 0, -127, 127, torch.int8))
+    out = g.call_function(aten.linear.default, (dq_cols, dq_w))
+    out = g.call_function(aten.mul.Tensor, (out, g.get_attr(qkey + "_s")))
+    if bias is not None:
+        out = g.call_function(aten.add.Tensor, (out, g.get_attr(qkey + "_b")))
+    return out
+
+
+def _pieces(total: torch.Tensor, k: int) -> torch.Tensor:
+    """cout × k int8 weights, each row summing to `total`'s (|total| ≤ 127·k)."""
+    cout = total.shape[0]
+    out = torch.zeros(cout, k, dtype=torch.int64)
+    rest = total.clone()
+    for j in range(k):
+        step = rest.clamp(-127, 127)
+        out[:, j] = step
+        rest -= step
+    assert not rest.any(), "correction taps too few"
+    return out
+
+
 def _zeros(gm, node) -> bool:
     """Whether a per-channel zero-point operand is a stored all-zero tensor."""
     if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
@@ -131,7 +336,7 @@ def _zeros(gm, node) -> bool:
     return isinstance(value, torch.Tensor) and not bool(value.any())
 
 
-def _gathered(gm, conv, x, zp, hwc, kernel, stride, padding):
+def _gathered(gm, conv, x, zp, dtype, hwc, kernel, stride, padding, extra_taps=0):
     """One image's patches as ONE gather of pixel rows: the channels-last pixels as rows
     (h·w, c) plus a row of zero points for the padding, indexed by a constant. Unlike pad +
     slices + concatenation (a copy dispatch per tap), the rows stay 2-D, so IREE cancels the
@@ -144,17 +349,19 @@ def _gathered(gm, conv, x, zp, hwc, kernel, stride, padding):
                                   torch.arange(kw), indexing="ij")
     y, xx = oy * sh - ph + i, ox * sw - pw + j
     inside = (y >= 0) & (y < h) & (xx >= 0) & (xx < w)
-    index = torch.where(inside, y * w + xx, torch.full_like(y, h * w)).reshape(-1)
+    index = torch.where(inside, y * w + xx, torch.full_like(y, h * w)).reshape(oh * ow, -1)
+    if extra_taps:                 # the zero-point row, `extra_taps` more times per pixel
+        index = torch.cat([index, torch.full((oh * ow, extra_taps), h * w)], 1)
+    index = index.reshape(-1)
     name = f"_edgekit_im2col_{conv.name}"
     gm.register_buffer(name, index.contiguous())
     g = gm.graph
     rows = g.call_function(aten.reshape.default, (x, [h * w, c]))
-    pad = g.call_function(aten.full.default, ([1, c], zp),
-                          {"dtype": conv.args[0].args[5]})
+    pad = g.call_function(aten.full.default, ([1, c], zp), {"dtype": dtype})
     rows = g.call_function(aten.cat.default, ([rows, pad], 0))
     if c % 4:
         return g.call_function(aten.index_select.default, (rows, 0, g.get_attr(name)))
-    # four channels per int32: IREE copies a gathered row element by element
-    words = g.call_function(aten.view.dtype, (rows, torch.int32))
+    # four (eight) channels per int32 (int64): IREE copies a gathered row element by element
+    words = g.call_function(aten.view.dtype, (rows, torch.int64 if c % 8 == 0 else torch.int32))
     picked = g.call_function(aten.index_select.default, (words, 0, g.get_attr(name)))
-    return g.call_function(aten.view.dtype, (picked, torch.int8))
+    return g.call_function(aten.view.dtype, (picked, dtype))

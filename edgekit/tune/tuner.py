@@ -11,7 +11,10 @@ candidates so drift hits all alike (a round lasts at least ROUND_SECONDS). The s
 median of the per-round medians. Thread counts are a budget: the untuned build runs with the
 largest, and any candidate at that count or fewer replaces it only if it beats it round by
 round (`clearly_faster`), so a tuned build is never slower than the untuned one beyond the
-measured noise. The choice is recorded per
+measured noise. A choice made among many candidates is the luckiest of them as much as the
+fastest, so once every stage has chosen, the winner and the untuned build are measured again in
+fresh interleaved rounds, and the winner stays only if it wins there too (`confirmation`; the
+record says "win repeated" or "win not repeated"). The choice is recorded per
 model digest, target and toolchain version in $EDGEKIT_HOME/tuning/, and `edgekit build` /
 `deploy` use it from then on (the manifest says so; `--no-tuned` builds the profile's default).
 """
@@ -82,6 +85,9 @@ class TuningRecord(Frozen):
     noise_pct: float | None = None
     # the runtime the candidates were timed in (measure.py); older records: tools
     measured_in: str = "tools"
+    # the winner against the untuned build in fresh rounds (`confirmation`): "win repeated: …",
+    # "win not repeated: …" (then the untuned build is chosen), or why nothing was confirmed
+    confirmation: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,9 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
         from edgekit.tune.dispatch_search import search_dispatches
         chosen, searched = search_dispatches(options, target, chosen, say)
         results += searched
+    confirmation = ""
+    if default is not None and chosen != default:
+        chosen, confirmation = confirmed_choice(options, target, chosen, default, say)
     fastest = min(valid, key=lambda r: r.p50_ms)
     say(f"chosen {chosen.variant} at {chosen.threads} thread(s) (measured {runtime})")
     paired = paired_gain(fastest, default) if default is not None else None
@@ -169,6 +178,7 @@ def tune(options: TuneOptions, on_progress: Progress | None = None) -> TuningRec
         default_p50_ms=default.p50_ms if default else None,
         fastest=f"{fastest.variant} ({fastest.threads}t)", measured_in=runtime,
         gain_pct=paired[0] if paired else None, noise_pct=paired[1] if paired else None,
+        confirmation=confirmation,
         candidates=tuple(sorted(results, key=lambda r: (r.p50_ms is None, r.p50_ms or 0))))
     _store(record, target)
     return record
@@ -201,6 +211,64 @@ def choose(valid: list[CandidateResult], default_variant: str, budget: int | Non
         return min(pool, key=lambda r: r.p50_ms), None
     winners = [r for r in pool if r is not reference and clearly_faster(r, reference)]
     return (min(winners, key=lambda r: r.p50_ms) if winners else reference), reference
+
+
+# --- the winner, confirmed -----------------------------------------------------------------------
+
+REPEATED, NOT_REPEATED = "win repeated", "win not repeated"
+
+
+def confirmation(chosen: CandidateResult, default: CandidateResult,
+                 chosen_again: CandidateResult | None, default_again: CandidateResult | None
+                 ) -> tuple[CandidateResult, str]:
+    """(what builds use, the record's note) once the winner `chosen` and the untuned build
+    `default` were measured again in fresh interleaved rounds (`*_again`, None: missing). The
+    winner stays only when edgekit's one rule (speed.verdict, through `clearly_faster`) calls
+    it faster in those rounds alone: the first stage picked it as the best of many noisy
+    figures, and a win it owes to one lucky window does not repeat (the KWS MLP's tuned build
+    read 1.21× onnxruntime against the untuned 1.11× in a noisy run). Otherwise `default`."""
+    fresh = len(default_again.round_p50_ms) if default_again is not None else 0
+    what = f"{chosen.variant} ({chosen.threads}t) against the untuned " \
+           f"{default.variant} ({default.threads}t)"
+    for again in (chosen_again, default_again):
+        if again is None or again.status != "ok":
+            why = "missing" if again is None else f"{again.status} {again.reason}".strip()
+            return default, f"{NOT_REPEATED}: {what}: the re-measurement failed ({why})"
+    found = _against(chosen_again, default_again)
+    figures = "" if found is None else (
+        f" {found.change_pct:+.1f}% ±{100 * found.noise:.1f}% in {fresh} fresh rounds "
+        f"(faster in {found.faster_rounds})")
+    if clearly_faster(chosen_again, default_again):
+        return chosen, f"{REPEATED}: {what}{figures}"
+    call = found.call if found is not None else "not comparable"
+    return default, f"{NOT_REPEATED}: {what}{figures}, {call}; the untuned build is kept"
+
+
+def confirmed_choice(options: TuneOptions, target: Target, chosen: CandidateResult,
+                     default: CandidateResult, say: Progress) -> tuple[CandidateResult, str]:
+    """`confirmation` after measuring both again: their builds (cache hits), validated and
+    timed as every candidate is, in options.rounds new rounds interleaved between the two."""
+    variants = {r.variant: Variant(r.lowering, r.flag_set, r.flags) for r in (default, chosen)}
+    threads = tuple(dict.fromkeys((default.threads, chosen.threads)))
+    say(f"confirming {chosen.variant} ({chosen.threads}t) against the untuned "
+        f"{default.variant} ({default.threads}t) in {options.rounds} fresh rounds")
+    with tempfile.TemporaryDirectory(prefix="edgekit-tune-confirm-") as tmp:
+        built = []
+        for i, variant in enumerate(variants.values()):
+            try:
+                built.append((variant, build(BuildOptions(
+                    recipe=options.recipe, target=options.target, out=Path(tmp) / f"b{i}",
+                    use_cache=options.use_cache, variant=variant)).bundle))
+            except EdgekitError as exc:
+                note = f"{NOT_REPEATED}: {variant.name} does not build again ({_one_line(exc)})"
+                say(note)
+                return default, note
+        again = measure(options, target, built, threads, say)
+    found = {(r.variant, r.threads): r for r in again}
+    kept, note = confirmation(chosen, default, found.get((chosen.variant, chosen.threads)),
+                              found.get((default.variant, default.threads)))
+    say(note)
+    return kept, note
 
 
 SecondLook = Callable[[list[str]], list[CandidateResult]]

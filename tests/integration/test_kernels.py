@@ -98,3 +98,59 @@ def test_the_int8_im2col_rewrite_computes_what_the_quantized_model_does(write_re
     census = kernels(bundle.path).dispatches
     assert any(k.startswith("vnni") for d in census for k in d.census), \
         [(d.function, d.census) for d in census]
+
+
+def test_the_u8_form_runs_on_vpdpbusd_and_computes_what_the_int8_form_does(write_recipe, tmp_path):
+    # x86 VNNI: uint8 patches make u8 x s8 matmuls, which IREE's inner-tiled data tiling puts
+    # on vpdpbusd; integer sums and the same float epilogue: the outputs bit for bit
+    import numpy as np
+    from iree.runtime import load_vm_flatbuffer_file
+
+    from edgekit import validate_local
+    plain = tmp_path / "host-plain.yaml"
+    plain.write_text("extends: host\nquantize_flags: {int8: []}\n")
+    bundles = {}
+    for form, flags in (("on", "--iree-opt-data-tiling"),
+                        ("u8", "--iree-opt-data-tiling, --iree-llvmcpu-enable-inner-tiled, "
+                               "--iree-llvmcpu-enable-ukernels=all")):
+        path = write_recipe(INT8 + f"compile: {{flags: [--edgekit-int8-convs-as-matmul={form}, "
+                                   f"{flags}]}}\n", f"{form}.yaml")
+        bundles[form] = build(BuildOptions(recipe=path, target=str(plain), out=tmp_path / form,
+                                           use_tuned=False)).bundle
+    u8 = bundles["u8"]
+    assert "4 of 4 int8 convolutions" in u8.manifest.lowering.note
+    assert u8.manifest.quantization.contractions.integer == 5        # 4 convolutions + head
+    assert validate_local(u8.path).ok
+    census = kernels(u8.path).dispatches
+    assert any(d.census.get("vnni vpdpbusd") for d in census), \
+        [(d.function, d.census) for d in census]
+    modules = {k: load_vm_flatbuffer_file(str(b.module), driver="local-sync")
+               for k, b in bundles.items()}
+    rng = np.random.default_rng(5)
+    for scale in (0.5, 1.0, 3.0):
+        x = (rng.standard_normal((1, 3, 32, 32)) * scale).astype(np.float32)
+        assert np.array_equal(np.asarray(modules["u8"].main(x)),
+                              np.asarray(modules["on"].main(x)))
+
+
+def test_the_u8_form_is_the_quantized_model_up_to_float_rounding(write_recipe):
+    # eager PyTorch sums the dequantized values in float, so only close here (the modules
+    # compute integer sums: the test above)
+    import torch
+
+    from edgekit.config.recipe import load_recipe
+    from edgekit.pipeline.frontends.registry import frontend_for
+    from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
+    recipe = load_recipe(write_recipe(INT8))
+    frontend = frontend_for(recipe.model)
+    quantized = frontend.quantize(recipe, frontend.export(recipe, frontend.load(recipe))).program
+    rewritten, count, total = int8_convs_as_matmul(quantized, unsigned=True)
+    assert (count, total) == (4, 4)
+    targets = [str(n.target) for n in rewritten.graph.nodes]
+    assert "aten.conv2d.default" not in targets and "aten.bitwise_xor.Tensor" in targets
+    # no NCHW permute between convolutions: the input's and the mean's are left (the weights
+    # are stored rearranged)
+    assert targets.count("aten.permute.default") == 2, targets
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    expected, got = quantized.module()(x), rewritten.module()(x)
+    assert torch.allclose(expected, got, rtol=0, atol=1e-6), (expected - got).abs().max()

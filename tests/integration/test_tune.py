@@ -53,6 +53,17 @@ def test_tune_picks_the_fastest_valid_variant_and_builds_use_it(write_recipe, tm
     assert record["measured_in"] == "in-process"
     # the fastest against the untuned build, with the noise it had to beat (issue 20)
     assert record["gain_pct"] is not None and record["noise_pct"] >= 0
+    # a winner stays only when its win repeats in fresh rounds against the untuned build
+    # (issue 37): the record says which, and a win not repeated leaves the untuned build chosen
+    untuned = by_variant["tosa/default"]
+    if chosen == untuned:
+        assert record["confirmation"] == "" or \
+            record["confirmation"].startswith("win not repeated: ")
+    else:
+        assert record["confirmation"].startswith(
+            f"win repeated: {chosen['lowering']}/{chosen['flag_set']} (1t) against the "
+            "untuned tosa/default (1t)")
+        assert "3 fresh rounds" in record["confirmation"]
 
     built = edgekit("build", "--recipe", str(recipe), "--target", profile, "--json")
     assert built.returncode == 0, built.stderr

@@ -8,8 +8,8 @@ from edgekit.errors import ConfigError
 from edgekit.models.bundle import TuningNote
 from edgekit.tune.measure import measuring_runtime
 from edgekit.config.recipe import load_recipe
-from edgekit.tune.tuner import (CandidateResult, choose, kept_refinement, near_miss,
-                                runtime_choice)
+from edgekit.tune.tuner import (CandidateResult, choose, confirmation, kept_refinement,
+                                near_miss, runtime_choice)
 
 
 def result(rounds, flag_set="x", threads=1, lowering="tosa"):
@@ -191,3 +191,99 @@ def test_only_a_close_win_is_looked_at_twice():
     assert not near_miss(result((9.0, 9.1, 8.9, 9.0, 9.2), "clear"), base)      # kept at once
     assert not near_miss(result((9.95, 10.05, 9.85, 9.95, 10.15), "tie"), base)  # +0.5 %
     assert not near_miss(result((9.0, 11.0, 11.0, 11.0, 9.0), "worse"), base)   # loses 3 of 5
+
+
+# --- the winner confirmed in fresh rounds: a win that does not repeat is refused ---------------
+
+def test_a_win_that_repeats_in_fresh_rounds_is_kept_and_the_record_says_so():
+    untuned = result((10.0, 10.1, 9.9, 10.0, 10.2), "default")
+    winner = result((8.0, 8.1, 7.9, 8.0, 8.0), "data-tiling")
+    kept, note = confirmation(winner, untuned,
+                              result((8.1, 8.0, 8.2, 7.9, 8.1), "data-tiling"),
+                              result((10.1, 10.0, 10.2, 9.9, 10.0), "default"))
+    assert kept is winner          # its row as the record lists it
+    assert note.startswith("win repeated: tosa/data-tiling (1t) against the untuned "
+                           "tosa/default (1t)")
+    assert "-19." in note and "5 fresh rounds (faster in 5)" in note
+
+
+def test_a_win_from_a_noisy_window_that_does_not_repeat_keeps_the_untuned_build():
+    # the KWS MLP, issue 37: chosen on a clear first-stage win, tied with the untuned build
+    # (and slower in three rounds of five) when measured again
+    untuned = result((0.030, 0.031, 0.029, 0.030, 0.032), "default")
+    winner = result((0.026, 0.026, 0.025, 0.027, 0.026), "data-tiling")
+    assert choose([untuned, winner], "tosa/default") == (winner, untuned)
+    kept, note = confirmation(winner, untuned,
+                              result((0.031, 0.030, 0.032, 0.029, 0.031), "data-tiling"),
+                              result((0.030, 0.031, 0.030, 0.030, 0.030), "default"))
+    assert kept is untuned
+    assert note.startswith("win not repeated: tosa/data-tiling (1t)")
+    assert note.endswith("within noise; the untuned build is kept")
+
+
+def test_a_win_that_holds_in_only_some_fresh_rounds_is_not_repeated():
+    untuned = result((10.0,) * 5, "default")
+    winner = result((8.0,) * 5, "data-tiling")
+    # the median says 20 % faster, but three of five rounds do not agree: not one rule's win
+    kept, note = confirmation(winner, untuned, result((8.0, 8.0, 10.5, 10.5, 10.5),
+                                                      "data-tiling"),
+                              result((10.0,) * 5, "default"))
+    assert kept is untuned and note.startswith("win not repeated")
+
+
+def test_a_fewer_threads_winner_is_confirmed_against_the_untuned_build_at_the_budget():
+    untuned_2t = result((0.20, 0.21, 0.19, 0.20, 0.22), "default", threads=2)
+    untuned_1t = result((0.030, 0.031, 0.029, 0.030, 0.032), "default", threads=1)
+    kept, note = confirmation(untuned_1t, untuned_2t,
+                              result((0.031, 0.030, 0.030, 0.029, 0.031), "default", threads=1),
+                              result((0.19, 0.20, 0.22, 0.20, 0.21), "default", threads=2))
+    assert kept is untuned_1t
+    assert "tosa/default (1t) against the untuned tosa/default (2t)" in note
+
+
+def test_a_failed_or_missing_re_measurement_keeps_the_untuned_build():
+    untuned = result((10.0,) * 5, "default")
+    winner = result((8.0,) * 5, "data-tiling")
+    crashed = winner.model_copy(update={"status": "bench-failed", "p50_ms": None,
+                                        "round_p50_ms": (), "reason": "it crashed"})
+    kept, note = confirmation(winner, untuned, crashed, untuned)
+    assert kept is untuned
+    assert note.endswith("the re-measurement failed (bench-failed it crashed)")
+    kept, note = confirmation(winner, untuned, winner, None)
+    assert kept is untuned and note.endswith("(missing)")
+
+
+def test_the_tune_table_says_when_a_win_was_not_repeated(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from edgekit.cli import render
+    from edgekit.cli.tune import tuning_table
+    from edgekit.tune.tuner import TuningRecord
+    buffer = io.StringIO()
+    monkeypatch.setattr(render, "out", Console(file=buffer, width=100, color_system=None))
+    untuned = result((10.0, 10.1, 9.9, 10.0, 10.2), "default")
+    winner = result((8.0, 8.1, 7.9, 8.0, 8.0), "data-tiling")
+    kept, note = confirmation(winner, untuned, result((10.0,) * 5, "data-tiling"),
+                              result((10.0,) * 5, "default"))
+    tuning_table(TuningRecord(
+        model_digest="d", app="kws-mlp", target="host", toolchain={}, measured_on="host",
+        created_at="now", chosen=kept, default_variant="tosa/default",
+        default_p50_ms=untuned.p50_ms, candidates=(winner, untuned),
+        fastest="tosa/data-tiling (1t)", gain_pct=20.0, noise_pct=0.5,
+        measured_in="in-process", confirmation=note))
+    text = " ".join(buffer.getvalue().split())
+    assert "chosen: tosa/default at 1 thread(s)" in text
+    assert "(the untuned build: win not repeated: tosa/data-tiling (1t)" in text
+
+
+def test_a_record_from_before_the_confirmation_still_loads():
+    from edgekit.tune.tuner import TuningRecord
+    untuned = result((10.0,) * 3, "default")
+    record = TuningRecord(
+        model_digest="d", app="a", target="host", toolchain={}, measured_on="host",
+        created_at="now", chosen=untuned, default_variant="tosa/default",
+        default_p50_ms=10.0, candidates=(untuned,)).model_dump(mode="json")
+    del record["confirmation"]
+    assert TuningRecord.model_validate(record).confirmation == ""
