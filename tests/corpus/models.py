@@ -96,6 +96,26 @@ def mel_frames(seed: int) -> torch.Tensor:
     return torch.randn(1, MELS, FRAMES, generator=torch.Generator().manual_seed(seed))
 
 
+def qwen2():
+    """Qwen2-style: biased q/k/v projections, grouped-query attention."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    return _tiny_causal_lm(Qwen2Config, Qwen2ForCausalLM)
+
+
+def phi3():
+    """Phi-3-style: fused qkv and gate/up projections."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    return _tiny_causal_lm(Phi3Config, Phi3ForCausalLM, pad_token_id=0)
+
+
+def _tiny_causal_lm(config_class, model_class, **extra):
+    torch.manual_seed(0)
+    config = config_class(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          max_position_embeddings=64, eos_token_id=None, **extra)
+    return model_class(config).eval(), (token_ids(0),)
+
+
 def token_ids(seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(seed))
 

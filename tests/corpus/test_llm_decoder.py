@@ -3,7 +3,7 @@ default `use_cache=True`): built without a KV cache, said in the build, matching
 held-out prompts for the host and for a Raspberry Pi 4 (under qemu); with `cache: static`, one
 module with a prefill (`main`) and a `decode` function that generates, step by step from its own
 outputs, the tokens transformers' greedy `generate` gives on held-out prompts. `cache:` errors
-are one line each."""
+are one line each. Qwen2- and Phi-3-style decoders: bench/llm_decoders.py."""
 
 import re
 
@@ -48,26 +48,6 @@ def static_recipe(tmp_path, length: int = CACHE_LEN, python: str = LLAMA.python)
     recipe.write_text(f'name: llm-gen\nmodel:\n  python: "{python}"\n'
                       f'  cache: static\n  max_cache_len: {length}\n')
     return recipe
-
-
-def qwen2():
-    """Qwen2-style: biased q/k/v projections, grouped-query attention."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    return _tiny(Qwen2Config, Qwen2ForCausalLM)
-
-
-def phi3():
-    """Phi-3-style: fused qkv and gate/up projections."""
-    from transformers import Phi3Config, Phi3ForCausalLM
-    return _tiny(Phi3Config, Phi3ForCausalLM, pad_token_id=0)
-
-
-def _tiny(config_class, model_class, **extra):
-    torch.manual_seed(0)
-    config = config_class(vocab_size=models.VOCAB, hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                          max_position_embeddings=64, eos_token_id=None, **extra)
-    return model_class(config).eval(), (models.token_ids(0),)
 
 
 @pytest.fixture(scope="module")
@@ -149,15 +129,6 @@ def test_an_rpi4_static_cache_module_generates_what_transformers_generates(tmp_p
                                 out=tmp_path / "b", use_cache=False)).bundle
     assert bundle.manifest.arch == "aarch64" and bundle.manifest.functions[0].name == "decode"
     assert_generates_like_eager(bundle)          # the aarch64 module under qemu
-
-
-@pytest.mark.parametrize("factory", [qwen2, phi3], ids=["qwen2", "phi3"])
-def test_qwen_and_phi_style_static_cache_modules_generate_like_transformers(factory, tmp_path):
-    bundle = build(BuildOptions(recipe=static_recipe(tmp_path, python=f"{__file__}:"
-                                                     f"{factory.__name__}"),
-                                target="host", out=tmp_path / "b", use_cache=False)).bundle
-    assert validate_local(bundle.path).ok
-    assert_generates_like_eager(bundle, factory)
 
 
 def test_cache_errors_are_one_line(tmp_path):
