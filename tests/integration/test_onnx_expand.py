@@ -14,7 +14,7 @@ from onnx import helper
 from edgekit import BuildOptions, build, validate_local
 from edgekit.api.onnx_backend import build_model
 from edgekit.pipeline.frontends.onnx_expand import (KNOWN_TO_FAIL, expand_functions,
-                                                    fold_constants)
+                                                    fold_constants, unroll_scans)
 from tests.integration.helpers import edgekit
 from tests.integration.test_onnx_inputs import one_error, save
 
@@ -48,8 +48,9 @@ def test_every_function_op_case_expanded_and_folded_gives_the_expected_outputs()
     for case in found:
         model, expanded = expand_functions(case.model)
         model, _ = fold_constants(model)
+        model, _ = unroll_scans(model)      # LinearAttention's body scans its sequence
         assert set(expanded) & KNOWN_TO_FAIL, case.name
-        assert not {n.op_type for n in model.graph.node} & KNOWN_TO_FAIL, case.name
+        assert not {n.op_type for n in model.graph.node} & (KNOWN_TO_FAIL | {"Scan"}), case.name
         names = [i.name for i in case.model.graph.input]
         inputs = case.data_sets[0][0]
         assert_like_expected(case, ReferenceEvaluator(model).run(None, dict(zip(names, inputs))))
@@ -63,6 +64,80 @@ def test_a_model_without_such_ops_is_left_as_it_is():
         opset_imports=[helper.make_opsetid("", 23)])
     same, expanded = expand_functions(model)
     assert same is model and not expanded
+
+
+def scan_model(opset=23):
+    """A Scan with two states, one input scanned backwards along axis 1 and one forwards along
+    axis 0, one scan output stacked along axis 1 in reverse (every attribute the unrolling
+    reads)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "a"], ["s_out"]),
+         helper.make_node("Mul", ["c_in", "b"], ["c_out"]),
+         helper.make_node("Sub", ["s_out", "c_out"], ["y"])], "body",
+        [helper.make_tensor_value_info("s_in", T.FLOAT, [2]),
+         helper.make_tensor_value_info("c_in", T.FLOAT, [2]),
+         helper.make_tensor_value_info("a", T.FLOAT, [2]),
+         helper.make_tensor_value_info("b", T.FLOAT, [2])],
+        [helper.make_tensor_value_info("s_out", T.FLOAT, [2]),
+         helper.make_tensor_value_info("c_out", T.FLOAT, [2]),
+         helper.make_tensor_value_info("y", T.FLOAT, [2])])
+    scan = helper.make_node("Scan", ["s0", "c0", "xa", "xb"], ["s", "c", "ys"], body=body,
+                            num_scan_inputs=2, scan_input_axes=[1, 0],
+                            scan_input_directions=[1, 0], scan_output_axes=[-1],
+                            scan_output_directions=[1])
+    return helper.make_model(helper.make_graph(
+        [scan], "scan",
+        [helper.make_tensor_value_info("s0", T.FLOAT, [2]),
+         helper.make_tensor_value_info("c0", T.FLOAT, [2]),
+         helper.make_tensor_value_info("xa", T.FLOAT, [2, 5]),
+         helper.make_tensor_value_info("xb", T.FLOAT, [5, 2])],
+        [helper.make_tensor_value_info("s", T.FLOAT, [2]),
+         helper.make_tensor_value_info("c", T.FLOAT, [2]),
+         helper.make_tensor_value_info("ys", T.FLOAT, [2, 5])]),
+        opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+@pytest.mark.parametrize("opset", [11, 23])    # Unsqueeze's axes: an attribute, an input
+def test_a_scan_of_static_length_unrolled_computes_what_the_scan_does(opset):
+    from onnx.reference import ReferenceEvaluator
+    model = scan_model(opset)
+    rng = np.random.default_rng(0)
+    feeds = {"s0": rng.random(2, np.float32), "c0": rng.random(2, np.float32) + 1,
+             "xa": rng.random((2, 5), np.float32), "xb": rng.random((5, 2), np.float32) + 0.5}
+    flat, unrolled = unroll_scans(model)
+    assert unrolled == {5: 1} and "Scan" not in {n.op_type for n in flat.graph.node}
+    onnx.checker.check_model(flat, full_check=True)
+    import onnxruntime as ort    # the reference evaluator scans forwards only
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ReferenceEvaluator(flat).run(None, feeds)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_a_scan_of_unknown_length_stays():
+    model = scan_model()
+    model.graph.input[2].type.tensor_type.shape.dim[1].dim_param = "n"
+    same, unrolled = unroll_scans(model)
+    assert not unrolled and "Scan" in {n.op_type for n in same.graph.node}
+
+
+@pytest.mark.parametrize("name", ("test_linear_attention_gated_delta_gqa",
+                                  "test_linear_attention_prefill_with_past"))
+def test_linear_attention_builds_with_its_scan_unrolled(name, tmp_path):
+    (case,) = cases(f"^{name}$")
+    inputs = list(case.data_sets[0][0])
+    bundle = build_model(case.model, "host", tmp_path, inputs)
+    notes = bundle.manifest.model_notes
+    assert any("LinearAttention ×1" in n for n in notes), notes
+    assert any(n.startswith("Scan unrolled") for n in notes), notes
+    assert validate_local(bundle.path).ok
+    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
+    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
+    try:
+        assert_like_expected(case, rep.run(inputs))
+    finally:
+        rep.close()
 
 
 @pytest.mark.parametrize("name", BUILT)
