@@ -231,3 +231,22 @@ def test_other_function_ops_build_and_give_the_cases_outputs(name, op, tmp_path)
         assert_like_expected(case, rep.run(inputs))
     finally:
         rep.close()
+
+
+def test_masked_attention_scores_are_judged_by_the_spec_not_onnxruntimes_lowest(tmp_path):
+    # the case's 4th output is the masked QK product: -inf in the spec, the float's lowest value
+    # in onnxruntime; the module (the spec's body) writes -inf and validates against the spec
+    name = "test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_causal"
+    (case,) = cases(f"^{name}$")
+    inputs = list(case.data_sets[0][0])
+    bundle = build_model(case.model, "host", tmp_path, inputs)
+    assert "answered unlike the spec" in bundle.manifest.golden_reference
+    assert validate_local(bundle.path).ok
+    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
+    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
+    try:
+        outputs = rep.run(inputs)
+        assert np.isneginf(outputs[3]).any()
+        assert_like_expected(case, outputs)
+    finally:
+        rep.close()
