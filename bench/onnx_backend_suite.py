@@ -333,6 +333,38 @@ def read_ratchet(path: Path) -> set[str]:
             if ln.strip() and not ln.startswith("#")}
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a --json file (its "results") or a --rows file (one JSON row a line)."""
+    text = path.read_text()
+    if text.lstrip().startswith("{") and '"results"' in text[:200] + text[-2000:]:
+        try:
+            return json.loads(text)["results"]
+        except (ValueError, KeyError):
+            pass
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def report_merged(files: list[Path], paths, opts) -> int:
+    rows: dict[tuple[str, str], dict] = {}
+    for path in files:
+        for row in read_rows(path):
+            if row["path"] in paths:
+                rows[(row["case"], row["path"])] = row
+    cases = {c for c, _ in rows}
+    complete = [r for r in rows.values() if all((r["case"], p) in rows for p in paths)]
+    if len(complete) < len(rows):
+        print(f"{len(cases) - len(complete) // len(paths)} case(s) without a row for every "
+              "path left out")
+    results = sorted(complete, key=lambda r: (r["case"], r["path"]))
+    summary = summarize(results, paths, 0.0)
+    summary["merged_from"] = [str(f) for f in files]
+    print_report(summary, results, paths)
+    if opts.json:
+        opts.json.write_text(json.dumps({"summary": summary, "results": results}, indent=1))
+        print(f"\nwrote {opts.json}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=1, help="run every N-th case")
@@ -344,6 +376,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per case and path")
     parser.add_argument("--target", default="host")
     parser.add_argument("--json", type=Path, help="write every row and the summary here")
+    parser.add_argument("--rows", type=Path,
+                        help="append each row here as it finishes (JSON lines: a run stopped "
+                             "early still reports with --merge)")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="FILE",
+                        help="run nothing: report the rows of these --json/--rows files (a "
+                             "later file's row for a case and path replaces an earlier one's)")
     parser.add_argument("--quiet", action="store_true", help="no line per case")
     parser.add_argument("--ratchet-out", type=Path,
                         help="write the cases edgekit passes here (the CI tier's ratchet: "
@@ -355,6 +393,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown path(s) {unknown}: expected one of {', '.join(PATHS)}")
     warnings.filterwarnings("ignore")
+    if opts.merge:
+        return report_merged(opts.merge, paths, opts)
     os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
     started = time.monotonic()
     cases = collect_cases(opts.cases)[opts.start::max(opts.sample, 1)]
@@ -377,6 +417,9 @@ def main() -> int:
           f"{opts.jobs} jobs; set up in {time.monotonic() - started:.1f} s", flush=True)
 
     def progress(row, done, total):
+        if opts.rows:
+            with opts.rows.open("a") as out:
+                out.write(json.dumps(row) + "\n")
         if not opts.quiet:
             state = "ok" if row["ok"] else f"{row['stage']}: {row.get('reason', '')[:110]}"
             print(f"[{done}/{total}] {row['path']:7s} {row['case']} {row['seconds']:.1f}s "
