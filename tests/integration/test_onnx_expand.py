@@ -250,3 +250,36 @@ def test_masked_attention_scores_are_judged_by_the_spec_not_onnxruntimes_lowest(
         assert_like_expected(case, outputs)
     finally:
         rep.close()
+
+
+@pytest.mark.parametrize("name", ("test_rms_normalization_3d_axis_negative_2_epsilon_expanded",
+                                  "test_rotary_embedding_no_position_ids_rotary_dim_expanded"))
+def test_a_spec_body_written_out_has_its_run_time_axes_folded(name, tmp_path):
+    # no op to expand: the graph computes ReduceMean's axes (Shape → Size → Range) itself
+    from edgekit.pipeline.frontends.onnx_expand import needs_folding
+    (case,) = [c for c in cases_expanded(name)]
+    assert needs_folding(case.model)
+    inputs = list(case.data_sets[0][0])
+    bundle = build_model(case.model, "host", tmp_path, inputs)
+    assert validate_local(bundle.path).ok
+    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
+    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
+    try:
+        assert_like_expected(case, rep.run(inputs))
+    finally:
+        rep.close()
+
+
+def cases_expanded(name):
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return [c for c in collect_testcases() if c.name == name]
+
+
+def test_a_graph_with_constant_axes_needs_no_folding():
+    from edgekit.pipeline.frontends.onnx_expand import needs_folding
+    model = scan_model()
+    assert not needs_folding(model)
+    (case,) = cases("^test_reduce_mean_default_axes_keepdims_example$")
+    assert not needs_folding(case.model)

@@ -156,6 +156,33 @@ def fold_constants(model):
     return model, total
 
 
+# Inputs that set axes, shapes, sizes or counts: torch-mlir reads them with `aten.item` (which
+# IREE cannot compile) unless they are constants. Graphs computing them (the spec's bodies
+# written out, as the suite's `*_expanded` cases and some exporters do) are folded first.
+_SHAPE_READS = {
+    **{op: (1,) for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                           "ReduceSumSquare", "Squeeze", "Unsqueeze", "Reshape", "Expand",
+                           "Tile", "CumSum", "TopK", "Split", "OneHot", "Upsample")},
+    "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Range": (0, 1, 2), "ConstantOfShape": (0,),
+    "Resize": (1, 2, 3), "Trilu": (1,), "CenterCropPad": (1, 2)}
+
+
+def needs_folding(model) -> bool:
+    """Whether the main graph computes an axes/shape input of a node from other nodes (not a
+    Constant), or holds an If (a constant condition's branch is taken by `fold_constants`)."""
+    made = {o for n in model.graph.node if n.op_type != "Constant" for o in n.output if o}
+    for node in model.graph.node:
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        if node.op_type == "If":
+            return True
+        reads = _SHAPE_READS.get(node.op_type, ())
+        if any(i < len(node.input) and node.input[i] in made for i in reads):
+            return True
+    return False
+
+
 def _fold_once(model):
     import onnx
     from onnx import numpy_helper
