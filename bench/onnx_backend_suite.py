@@ -362,6 +362,15 @@ def report_merged(files: list[Path], paths, opts) -> int:
     if opts.json:
         opts.json.write_text(json.dumps({"summary": summary, "results": results}, indent=1))
         print(f"\nwrote {opts.json}")
+    if opts.ratchet_out:     # the sample's cases among the merged rows
+        sampled = {c.name for c in collect_cases(opts.cases)[opts.start::max(opts.sample, 1)]}
+        missing = sampled - cases
+        if missing:
+            print(f"not writing {opts.ratchet_out}: no rows for {len(missing)} sampled case(s)")
+            return 1
+        write_ratchet(opts.ratchet_out, [r for r in results if r["case"] in sampled],
+                      opts.sample)
+        print(f"wrote {opts.ratchet_out}")
     return 0
 
 
@@ -371,6 +380,9 @@ def main() -> int:
     parser.add_argument("--start", type=int, default=0,
                         help="first case of the sample (--sample 4 --start 2: another quarter)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--reverse", action="store_true",
+                        help="last case first (a second run from the other end, its --rows "
+                             "merged with the first's, meets it in the middle)")
     parser.add_argument("--paths", default="edgekit,raw", help="edgekit, raw or both")
     parser.add_argument("--cases", help="only cases whose name matches this regex")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per case and path")
@@ -398,6 +410,8 @@ def main() -> int:
     os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
     started = time.monotonic()
     cases = collect_cases(opts.cases)[opts.start::max(opts.sample, 1)]
+    if opts.reverse:
+        cases.reverse()
     # imported once here; every forked child has them
     import iree.compiler  # noqa: F401
     import iree.runtime  # noqa: F401
