@@ -394,6 +394,9 @@ def main() -> int:
     parser.add_argument("--merge", type=Path, nargs="+", metavar="FILE",
                         help="run nothing: report the rows of these --json/--rows files (a "
                              "later file's row for a case and path replaces an earlier one's)")
+    parser.add_argument("--skip-done", type=Path, nargs="+", metavar="FILE",
+                        help="leave out the cases these --json/--rows files have a row for on "
+                             "every path (a stopped run resumed)")
     parser.add_argument("--quiet", action="store_true", help="no line per case")
     parser.add_argument("--ratchet-out", type=Path,
                         help="write the cases edgekit passes here (the CI tier's ratchet: "
@@ -412,6 +415,10 @@ def main() -> int:
     cases = collect_cases(opts.cases)[opts.start::max(opts.sample, 1)]
     if opts.reverse:
         cases.reverse()
+    if opts.skip_done:
+        have = collections.Counter(r["case"] for f in opts.skip_done for r in read_rows(f)
+                                   if r["path"] in paths)
+        cases = [c for c in cases if have[c.name] < len(paths)]
     # imported once here; every forked child has them
     import iree.compiler  # noqa: F401
     import iree.runtime  # noqa: F401
