@@ -19,7 +19,7 @@ from tests.integration.helpers import edgekit
 from tests.integration.test_onnx_inputs import one_error, save
 
 FUNCTION_CASES = (r"^test_(attention|rms_normalization|rotary_embedding|affine_grid|"
-                  r"linear_attention|flexattention|causal_conv_with_state)")
+                  r"linear_attention|flexattention|causal_conv_with_state|swish|swiglu)")
 # opset-23 Attention as models meet it: 3-D and 4-D, GQA, causal, a KV cache with empty
 # optional inputs before it (onnx.inliner refuses those), softcap, a 3-D mask
 BUILT = ("test_attention_3d", "test_attention_4d_gqa_causal_nonpad_decode",

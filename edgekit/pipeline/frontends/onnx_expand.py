@@ -13,7 +13,7 @@ from collections import Counter
 # lower directly, and better, as themselves.
 KNOWN_TO_FAIL = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding",
                            "LinearAttention", "FlexAttention", "AffineGrid",
-                           "CausalConvWithState"})
+                           "CausalConvWithState", "Swish", "SwiGLU"})
 # Domains whose ops may be expanded: the standard one and its preview (FlexAttention)
 _DOMAINS = ("", "ai.onnx", "ai.onnx.preview")
 _DEFAULT_DOMAINS = ("", "ai.onnx")
