@@ -14,6 +14,9 @@ from collections import Counter
 KNOWN_TO_FAIL = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding",
                            "LinearAttention", "FlexAttention", "AffineGrid",
                            "CausalConvWithState", "Swish", "SwiGLU"})
+# Ops IREE lowers except in a mode torch-mlir's importer ignores (opset-28 SpaceToDepth's CRD
+# order comes out in DCR order): expanded in that mode only
+_WRONG_IN_MODE = {"SpaceToDepth": ("mode", b"CRD")}
 # Domains whose ops may be expanded: the standard one and its preview (FlexAttention)
 _DOMAINS = ("", "ai.onnx", "ai.onnx.preview")
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -25,7 +28,7 @@ def expand_functions(model, ops=KNOWN_TO_FAIL):
     the ops expanded). Nodes whose schema has no body at the model's opset stay."""
     import onnx
     expanded: Counter = Counter()
-    if not any(n.domain in _DOMAINS and n.op_type in ops for n in model.graph.node):
+    if not any(_wanted(n, ops) for n in model.graph.node):
         return model, expanded      # as given (its digest, hence the cache key, unchanged)
     for _ in range(_MAX_ROUNDS):
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
@@ -86,7 +89,7 @@ def _body_of(node, opsets: dict, types: dict, ops):
     model's opset of its domain, or None (not asked for, no body, or a context-dependent body
     that needs an input type shape inference did not give)."""
     import onnx
-    if node.domain not in _DOMAINS or node.op_type not in ops:
+    if not _wanted(node, ops):
         return None
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opsets.get(domain, opsets.get("ai.onnx", 0) if not domain else 0)
@@ -114,6 +117,15 @@ def _body_of(node, opsets: dict, types: dict, ops):
             max(versions), with_defaults.SerializeToString(),
             [t.SerializeToString() for t in input_types]))
     return with_defaults, body
+
+
+def _wanted(node, ops) -> bool:
+    if node.domain not in _DOMAINS:
+        return False
+    if node.op_type in ops:
+        return True
+    name, value = _WRONG_IN_MODE.get(node.op_type, ("", b""))
+    return bool(name) and any(a.name == name and a.s.upper() == value for a in node.attribute)
 
 
 def _spliced(node, function, prefix: str) -> list:
