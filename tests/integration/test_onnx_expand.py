@@ -19,7 +19,7 @@ from tests.integration.helpers import edgekit
 from tests.integration.test_onnx_inputs import one_error, save
 
 FUNCTION_CASES = (r"^test_(attention|rms_normalization|rotary_embedding|affine_grid|"
-                  r"linear_attention|flexattention|causal_conv_with_state|swish|swiglu)")
+                  r"linear_attention|flexattention|causal_conv_with_state|swish|swiglu|sce|nllloss)")
 # opset-23 Attention as models meet it: 3-D and 4-D, GQA, causal, a KV cache with empty
 # optional inputs before it (onnx.inliner refuses those), softcap, a 3-D mask
 BUILT = ("test_attention_3d", "test_attention_4d_gqa_causal_nonpad_decode",
@@ -220,7 +220,10 @@ def test_check_takes_the_graph_as_the_build_does_and_calls_attention_buildable(t
                                       ("test_flexattention_gqa", "FlexAttention"),
                                       ("test_causal_conv_with_state_silu", "CausalConvWithState"),
                                       # expanded in CRD mode only (the importer ignores it)
-                                      ("test_spacetodepth_crd_mode_example", "SpaceToDepth")])
+                                      ("test_spacetodepth_crd_mode_example", "SpaceToDepth"),
+                                      ("test_sce_mean_3d", "SoftmaxCrossEntropyLoss"),
+                                      ("test_nllloss_NCd1_mean_weight_negative_ii",
+                                       "NegativeLogLikelihoodLoss")])
 def test_other_function_ops_build_and_give_the_cases_outputs(name, op, tmp_path):
     (case,) = cases(f"^{name}$")
     inputs = list(case.data_sets[0][0])

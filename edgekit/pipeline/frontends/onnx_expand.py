@@ -13,7 +13,8 @@ from collections import Counter
 # lower directly, and better, as themselves.
 KNOWN_TO_FAIL = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding",
                            "LinearAttention", "FlexAttention", "AffineGrid",
-                           "CausalConvWithState", "Swish", "SwiGLU"})
+                           "CausalConvWithState", "Swish", "SwiGLU", "NegativeLogLikelihoodLoss",
+                           "SoftmaxCrossEntropyLoss"})
 # Ops IREE lowers except in a mode torch-mlir's importer ignores (opset-28 SpaceToDepth's CRD
 # order comes out in DCR order): expanded in that mode only
 _WRONG_IN_MODE = {"SpaceToDepth": ("mode", b"CRD")}
