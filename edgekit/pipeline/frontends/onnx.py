@@ -21,7 +21,9 @@ from edgekit.pipeline.export import ExportedModel, declared_shape, with_signatur
 from edgekit.pipeline.frontends.base import CheckScope, Frontend, OpModule
 from edgekit.pipeline.frontends.onnx_expand import (expand_functions, expansion_note,
                                                     fold_constants, folded_note,
-                                                    static_inputs, with_constant_inputs,
+                                                    needs_folding,
+                                                    static_inputs, unroll_scans,
+                                                    unrolled_note, with_constant_inputs,
                                                     with_run_shapes)
 from edgekit.pipeline.frontends.onnx_samples import (fit_to_roles, input_roles,
                                                      refuse_contradicting_samples,
@@ -174,10 +176,16 @@ class OnnxFrontend(Frontend[Model]):
         if values:
             graph = with_constant_inputs(graph, values)
             notes = (*notes, folded_note(values))
-        if expanded or values:
+        folded = bool(expanded or values or needs_folding(graph))
+        if folded:
             graph, _ = fold_constants(graph)    # run-time axes and shapes made constants
-        if expanded:
+        graph, unrolled = unroll_scans(graph)   # (a LinearAttention body is one)
+        if unrolled:
+            graph, _ = fold_constants(graph)
+            notes = (*notes, unrolled_note(unrolled))
+        if folded or unrolled:
             graph = with_run_shapes(graph, dict(zip(loaded.input_names, sets[0])))
+        if expanded:
             notes = (*notes, expansion_note(expanded))
         shapes = [declared_shape(recipe, i, s) for i, s in enumerate(sets[0])]
         exported = with_signature(self, graph, onnx_digest(graph),
@@ -259,7 +267,10 @@ class OnnxFrontend(Frontend[Model]):
     def graph_to_check(self, recipe: Recipe) -> tuple[Model, str]:
         """The graph as the build imports it: ops IREE cannot lower expanded (as `export`)."""
         model, expanded = expand_functions(load_onnx(recipe.resolve(recipe.model.onnx or "")))
-        if expanded:
+        if expanded or needs_folding(model):
+            model, _ = fold_constants(model)
+        model, unrolled = unroll_scans(model)
+        if unrolled:
             model, _ = fold_constants(model)
         return model, onnx_digest(model)
 

@@ -13,7 +13,11 @@ from collections import Counter
 # lower directly, and better, as themselves.
 KNOWN_TO_FAIL = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding",
                            "LinearAttention", "FlexAttention", "AffineGrid",
-                           "CausalConvWithState"})
+                           "CausalConvWithState", "Swish", "SwiGLU", "NegativeLogLikelihoodLoss",
+                           "SoftmaxCrossEntropyLoss"})
+# Ops IREE lowers except in a mode torch-mlir's importer ignores (opset-28 SpaceToDepth's CRD
+# order comes out in DCR order): expanded in that mode only
+_WRONG_IN_MODE = {"SpaceToDepth": ("mode", b"CRD")}
 # Domains whose ops may be expanded: the standard one and its preview (FlexAttention)
 _DOMAINS = ("", "ai.onnx", "ai.onnx.preview")
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -25,7 +29,7 @@ def expand_functions(model, ops=KNOWN_TO_FAIL):
     the ops expanded). Nodes whose schema has no body at the model's opset stay."""
     import onnx
     expanded: Counter = Counter()
-    if not any(n.domain in _DOMAINS and n.op_type in ops for n in model.graph.node):
+    if not any(_wanted(n, ops) for n in model.graph.node):
         return model, expanded      # as given (its digest, hence the cache key, unchanged)
     for _ in range(_MAX_ROUNDS):
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
@@ -86,7 +90,7 @@ def _body_of(node, opsets: dict, types: dict, ops):
     model's opset of its domain, or None (not asked for, no body, or a context-dependent body
     that needs an input type shape inference did not give)."""
     import onnx
-    if node.domain not in _DOMAINS or node.op_type not in ops:
+    if not _wanted(node, ops):
         return None
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opsets.get(domain, opsets.get("ai.onnx", 0) if not domain else 0)
@@ -114,6 +118,15 @@ def _body_of(node, opsets: dict, types: dict, ops):
             max(versions), with_defaults.SerializeToString(),
             [t.SerializeToString() for t in input_types]))
     return with_defaults, body
+
+
+def _wanted(node, ops) -> bool:
+    if node.domain not in _DOMAINS:
+        return False
+    if node.op_type in ops:
+        return True
+    name, value = _WRONG_IN_MODE.get(node.op_type, ("", b""))
+    return bool(name) and any(a.name == name and a.s.upper() == value for a in node.attribute)
 
 
 def _spliced(node, function, prefix: str) -> list:
@@ -154,6 +167,33 @@ def fold_constants(model):
         if not folded:
             break
     return model, total
+
+
+# Inputs that set axes, shapes, sizes or counts: torch-mlir reads them with `aten.item` (which
+# IREE cannot compile) unless they are constants. Graphs computing them (the spec's bodies
+# written out, as the suite's `*_expanded` cases and some exporters do) are folded first.
+_SHAPE_READS = {
+    **{op: (1,) for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                           "ReduceSumSquare", "Squeeze", "Unsqueeze", "Reshape", "Expand",
+                           "Tile", "CumSum", "TopK", "Split", "OneHot", "Upsample")},
+    "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Range": (0, 1, 2), "ConstantOfShape": (0,),
+    "Resize": (1, 2, 3), "Trilu": (1,), "CenterCropPad": (1, 2)}
+
+
+def needs_folding(model) -> bool:
+    """Whether the main graph computes an axes/shape input of a node from other nodes (not a
+    Constant), or holds an If (a constant condition's branch is taken by `fold_constants`)."""
+    made = {o for n in model.graph.node if n.op_type != "Constant" for o in n.output if o}
+    for node in model.graph.node:
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        if node.op_type == "If":
+            return True
+        reads = _SHAPE_READS.get(node.op_type, ())
+        if any(i < len(node.input) and node.input[i] in made for i in reads):
+            return True
+    return False
 
 
 def _fold_once(model):
@@ -370,3 +410,142 @@ def with_run_shapes(model, feeds: dict):
         model.graph.value_info.append(helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape)))
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+# --- Scan unrolled -----------------------------------------------------------------------------
+
+_UNROLL_LIMIT = 4096    # body nodes × iterations: past this a Scan stays (and the lowering says)
+
+
+def unroll_scans(model):
+    """(model, Counter of iterations per Scan unrolled): every Scan (opset ≥ 9) of the main graph
+    whose scanned length shape inference knows replaced by its body, once per iteration —
+    torch-mlir and IREE lower no Scan, and LinearAttention's spec body is one. Iteration t reads
+    slice t of each scanned input (Gather along its axis, from the end where its direction is
+    reversed), its state outputs feed the next; the scan outputs are stacked along their axes.
+    A Scan with subgraphs in its body, an unknown length or past `_UNROLL_LIMIT` stays."""
+    import onnx
+    if not any(n.op_type == "Scan" and n.domain in _DEFAULT_DOMAINS for n in model.graph.node):
+        return model, Counter()
+    if _opset(model) < 9:       # Scan-8 has a batch axis and sequence lengths: not this
+        return model, Counter()
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    dims = {v.name: _static_dims(v.type.tensor_type)
+            for v in (*model.graph.input, *model.graph.value_info, *model.graph.output)
+            if v.type.HasField("tensor_type")}
+    dims.update({t.name: list(t.dims) for t in model.graph.initializer})
+    unrolled: Counter = Counter()
+    nodes = []
+    for index, node in enumerate(model.graph.node):
+        spliced = None
+        if node.op_type == "Scan" and node.domain in _DEFAULT_DOMAINS:
+            spliced = _unrolled(node, dims, f"_ek_scan{index}_", model.graph.initializer,
+                                _opset(model))
+        if spliced is None:
+            nodes.append(node)
+            continue
+        nodes.extend(spliced[0])
+        unrolled[spliced[1]] += 1
+    if not unrolled:
+        return model, unrolled
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return onnx.shape_inference.infer_shapes(model, data_prop=True), unrolled
+
+
+def unrolled_note(unrolled: Counter) -> str:
+    shown = ", ".join(f"×{n} of {t} iteration(s)" for t, n in sorted(unrolled.items()))
+    return f"Scan unrolled (IREE lowers no Scan; the length is static here): {shown}"
+
+
+def _unrolled(node, dims: dict, prefix: str, initializers, opset: int):
+    """(nodes computing the Scan `node` without a Scan, its length), or None."""
+    from onnx import helper, numpy_helper
+    import numpy as np
+    attrs = {a.name: a for a in node.attribute}
+    body = attrs["body"].g
+    scans = attrs["num_scan_inputs"].i
+    states = len(node.input) - scans
+    if any(a.type in (5, 10) for n in body.node for a in n.attribute):
+        return None
+    in_axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else [0] * scans
+    in_dirs = (list(attrs["scan_input_directions"].ints) if "scan_input_directions" in attrs
+               else [0] * scans)
+    outs = len(body.output) - states
+    out_axes = list(attrs["scan_output_axes"].ints) if "scan_output_axes" in attrs else [0] * outs
+    out_dirs = (list(attrs["scan_output_directions"].ints) if "scan_output_directions" in attrs
+                else [0] * outs)
+    lengths, axes = set(), []
+    for name, axis in zip(node.input[states:], in_axes):
+        shape = dims.get(name)
+        if shape is None:
+            return None
+        axis = axis + len(shape) if axis < 0 else axis
+        axes.append(axis)
+        lengths.add(shape[axis])
+    if len(lengths) != 1:
+        return None
+    steps = lengths.pop()
+    if steps < 1 or steps * max(len(body.node), 1) > _UNROLL_LIMIT:
+        return None
+    ranks = [len(_static_dims(o.type.tensor_type) or ()) if o.type.tensor_type.HasField("shape")
+             else None for o in body.output[states:]]
+    for k, axis in enumerate(out_axes):
+        if axis < 0:
+            if ranks[k] is None:
+                return None
+            out_axes[k] = axis + ranks[k] + 1
+    made = []
+    state = list(node.input[:states])
+    per_step: list[list[str]] = [[] for _ in range(outs)]
+    for t in range(steps):
+        step = f"{prefix}t{t}_"
+        env = {b.name: s for b, s in zip(body.input[:states], state)}
+        for j, (b, outer) in enumerate(zip(body.input[states:], node.input[states:])):
+            at = t if not in_dirs[j] else steps - 1 - t
+            index_name = f"{step}at{j}"
+            initializers.append(numpy_helper.from_array(np.array(at, dtype=np.int64),
+                                                        index_name))
+            made.append(helper.make_node("Gather", [outer, index_name], [step + b.name],
+                                         axis=axes[j]))
+            env[b.name] = step + b.name
+        for tensor in body.initializer:
+            copy = type(tensor)()
+            copy.CopyFrom(tensor)
+            copy.name = step + tensor.name
+            initializers.append(copy)
+            env[tensor.name] = copy.name
+        for inner in body.node:
+            copy = type(inner)()
+            copy.CopyFrom(inner)
+            copy.name = step + inner.name if inner.name else ""
+            for i, name in enumerate(copy.input):
+                copy.input[i] = env.get(name, name)
+            for i, name in enumerate(copy.output):
+                if name:
+                    env[name] = copy.output[i] = step + name
+            made.append(copy)
+        state = [env.get(o.name, o.name) for o in body.output[:states]]
+        for k, o in enumerate(body.output[states:]):
+            per_step[k].append(env.get(o.name, o.name))
+    for outer, final in zip(node.output[:states], state):
+        if outer:
+            made.append(helper.make_node("Identity", [final], [outer]))
+    for k, outer in enumerate(node.output[states:]):
+        if not outer:
+            continue
+        order = per_step[k] if not out_dirs[k] else per_step[k][::-1]
+        stacked = []
+        for t, name in enumerate(order):
+            lifted = f"{prefix}out{k}_{t}"
+            if opset >= 13:
+                axes_name = f"{prefix}out{k}_axes"
+                if t == 0:
+                    initializers.append(numpy_helper.from_array(
+                        np.array([out_axes[k]], dtype=np.int64), axes_name))
+                made.append(helper.make_node("Unsqueeze", [name, axes_name], [lifted]))
+            else:
+                made.append(helper.make_node("Unsqueeze", [name], [lifted], axes=[out_axes[k]]))
+            stacked.append(lifted)
+        made.append(helper.make_node("Concat", stacked, [outer], axis=out_axes[k]))
+    return made, steps
