@@ -209,11 +209,17 @@ def _keeping(recipe: Recipe, kept: tuple[str, ...]) -> Recipe:
 
 def _build(options: SearchOptions, recipe: Recipe, target: str, out: Path,
            say: Callable[[str], None], name: str) -> Bundle:
-    from edgekit.api.build import build
+    from edgekit.api.build import build, recorded_steering
     say(f"{name}: building for {target}")
-    return build(BuildOptions(recipe=options.recipe, target=target, out=out,
-                              trust_pickle=options.trust_pickle,
-                              recipe_override=recipe)).bundle
+    built = build(BuildOptions(recipe=options.recipe, target=target, out=out,
+                               trust_pickle=options.trust_pickle, recipe_override=recipe,
+                               # steered as a build is, but kept by the full key only: a
+                               # candidate is no source-keyed record (whose first build
+                               # loads and exports the model twice)
+                               steer=lambda digest, t: recorded_steering(digest, t)))
+    say(f"{name}: built in {built.seconds:.1f} s "
+        + ", ".join(f"{k} {v:.1f}" for k, v in built.stage_seconds.items() if v >= 0.5))
+    return built.bundle
 
 
 def _layer_errors(recipe: Recipe) -> tuple[list[LayerError], float]:

@@ -95,8 +95,8 @@ def search_lines(result) -> list:
                      f"{escape(', '.join(chosen.float_layers) or 'none')}), drop "
                      f"{chosen.drop:+.4f} ≤ {result.max_drop:g}"
                      + _ratios(result))
-        lines.append("pin it in the recipe: quantize.keep_float: ["
-                     + ", ".join(escape(n) for n in chosen.float_layers) + "]")
+        lines.append(escape("pin it in the recipe: quantize.keep_float: ["
+                            + ", ".join(chosen.float_layers) + "]"))
     return lines
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgekit.config.recipe import LayerError
+from edgekit.speed import DEFAULT_BAR
 
 
 def rank_layers(errors: Sequence[LayerError]) -> tuple[LayerError, ...]:
@@ -71,12 +72,15 @@ def frontier(measured: Sequence[Measured]) -> list[Measured]:
     return [m for m in measured if not any(beats(o, m) for o in measured if o is not m)]
 
 
-def choose(measured: Sequence[Measured], max_drop: float) -> Measured | None:
-    """The fastest quantized candidate within `max_drop` (timed candidates by p50; untimed:
-    the fewest float layers); None when none is."""
+def choose(measured: Sequence[Measured], max_drop: float, bar: float = DEFAULT_BAR
+           ) -> Measured | None:
+    """The fastest quantized candidate within `max_drop`; None when none is. p50s within
+    `bar` of the fastest (speed.py's smallest change worth a verdict) are a tie, won by the
+    fewest float layers, then the smaller drop; untimed candidates: the fewest float layers."""
     ok = [m for m in measured if m.quantized and m.meets(max_drop)]
     if not ok:
         return None
     if all(m.p50_ms is not None for m in ok):
-        return min(ok, key=lambda m: (m.p50_ms, len(m.float_layers)))
-    return min(ok, key=lambda m: len(m.float_layers))
+        fastest = min(m.p50_ms for m in ok)
+        ok = [m for m in ok if m.p50_ms <= fastest * (1 + bar)]
+    return min(ok, key=lambda m: (len(m.float_layers), m.drop))
