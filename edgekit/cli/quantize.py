@@ -19,7 +19,7 @@ def quantize() -> None:
 
 @quantize.command("search", epilog=examples(
     "edgekit quantize search --recipe digits.yaml --target host",
-    "edgekit quantize search --recipe cnn.yaml --target rpi4 --max-drop 0.005 --json"))
+    "edgekit quantize search --recipe cnn.yaml --target rpi4 --max-drop 0.005"))
 @click.option("--recipe", type=click.Path(path_type=Path), required=True,
               help="recipe YAML with `quantize: {mode: int8, …}` and `validation.dataset`",
               shell_complete=complete.recipes)
