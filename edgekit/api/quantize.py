@@ -231,6 +231,7 @@ def _layer_errors(recipe: Recipe) -> tuple[list[LayerError], float]:
     from edgekit.bisect.profile import profile
     from edgekit.bisect.taps import TorchGraph
     from edgekit.pipeline.frontends.registry import frontend_for
+    from edgekit.pipeline.frontends.torch import eager_outputs
     from edgekit.pipeline.quantize.int8 import contraction_layers
     from edgekit.validate.dataset import load_set, score
     from edgekit.validate.tolerance import with_build_defaults
@@ -241,8 +242,9 @@ def _layer_errors(recipe: Recipe) -> tuple[list[LayerError], float]:
     samples, labels = load_set(recipe.resolve(gate.samples), recipe.resolve(gate.labels),
                                inputs=len(exported.inputs), limit=gate.limit,
                                where=str(recipe.path))
-    reference = score(gate.metric, [frontend.reference_outputs(exported, s) for s in samples],
-                      labels)
+    # each graph made runnable once (program.module() per call costs more than the call)
+    float_run = exported.program.module()
+    reference = score(gate.metric, [eager_outputs(float_run, s) for s in samples], labels)
     graph = TorchGraph(exported.program, loaded.samples, loaded.input_names)
     layers = contraction_layers(graph.gm)
     taps = graph.boundary_taps()
@@ -253,9 +255,10 @@ def _layer_errors(recipe: Recipe) -> tuple[list[LayerError], float]:
     tolerances = with_build_defaults(recipe.validation, "int8")
     worst: dict[str, tuple[float | None, float]] = {}
     at = {t.module: i for i, t in enumerate(taps)}
+    tapped_run, quantized_run = tapped.program.module(), quantized.program.module()
     for sample in samples[:PROFILE_SAMPLES]:
-        fp32 = frontend.reference_outputs(tapped, sample)
-        int8 = frontend.reference_outputs(quantized, sample)
+        fp32 = eager_outputs(tapped_run, sample)
+        int8 = eager_outputs(quantized_run, sample)
         level = profile("layers", taps, list(int8), int8, tolerances, fp32=fp32,
                         folded_norms=True)
         for layer in layers:
