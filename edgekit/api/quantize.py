@@ -203,7 +203,8 @@ def _measuring_target(name: str) -> str:
 
 
 def _keeping(recipe: Recipe, kept: tuple[str, ...]) -> Recipe:
-    quantize = recipe.quantize.model_copy(update={"keep_float": kept})
+    """A candidate: `kept` float, no max_drop (the same candidate for any limit: cached)."""
+    quantize = recipe.quantize.model_copy(update={"keep_float": kept, "max_drop": None})
     return recipe.model_copy(update={"quantize": quantize})
 
 
