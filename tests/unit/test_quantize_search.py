@@ -84,34 +84,3 @@ def test_bad_mixed_precision_keys_are_one_line_with_file_line_and_key(tmp_path, 
         load_recipe(recipe)
     assert says in str(err.value) and str(recipe) in str(err.value)
     assert "\n" not in str(err.value).split(" (hint")[0]
-
-
-def test_convolutions_with_same_padding_are_layers_the_quantizer_quantizes_or_keeps_float():
-    """`padding="same"` exports as aten.conv2d.padding (MobileNetV2-like's stride-1 convs);
-    they are layers like any convolution, and `keep_float` excludes them per module."""
-    import torch
-
-    from edgekit.pipeline.quantize.int8 import (contraction_layers, quantize_graph,
-                                                quantized_contractions)
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = torch.nn.Conv2d(3, 8, 3, padding="same")
-            self.b = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding="same"))
-            self.fc = torch.nn.Linear(8, 4)
-
-        def forward(self, x):
-            return self.fc(torch.relu(self.b(torch.relu(self.a(x)))).mean(dim=(2, 3)))
-
-    torch.manual_seed(0)
-    x = torch.randn(1, 3, 8, 8)
-    graph = torch.export.export(Net().eval(), (x,)).module()
-    assert contraction_layers(graph) == ["a", "b.0", "fc"]
-    calibration = [(torch.randn(1, 3, 8, 8),) for _ in range(2)]
-    every = quantize_graph(torch.export.export(Net().eval(), (x,)).module(), calibration,
-                           per_channel=True, weights_only=False)
-    assert quantized_contractions(every) == 3
-    kept = quantize_graph(torch.export.export(Net().eval(), (x,)).module(), calibration,
-                          per_channel=True, weights_only=False, keep_float=frozenset({"b"}))
-    assert quantized_contractions(kept) == 2

@@ -21,9 +21,6 @@ aten = torch.ops.aten
 # (op, index of the activation input, index of the weight input or None for two activations)
 _CONTRACTIONS = {
     aten.conv1d.default: (0, 1), aten.conv2d.default: (0, 1), aten.conv3d.default: (0, 1),
-    # `padding="same"` (a string) exports as the .padding overloads: MobileNetV2-like's 47
-    # stride-1 convolutions of 52, left float before
-    aten.conv1d.padding: (0, 1), aten.conv2d.padding: (0, 1), aten.conv3d.padding: (0, 1),
     aten.linear.default: (0, 1),
     aten.matmul.default: (0, None), aten.bmm.default: (0, None), aten.mm.default: (0, None),
 }
