@@ -32,6 +32,9 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     the recorded tuning choice (unless `use_tuned` is off) and check verdict."""
     if options.steer is None:
         options = dataclasses.replace(options, steer=recorded_steering)
+    # `quantize.max_drop`: the layers kept float are searched first (an input of the build)
+    from edgekit.api.quantize import searched_options
+    options = searched_options(options, on_stage or (lambda _: None))
     hit = hit_from_sources(options)
     if hit is not None:
         return hit

@@ -65,6 +65,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "provision": ("edgekit.cli.devices:provision",
                   "Install the IREE runtime tools (the compiler's version) and the shims on a "
                   "device."),
+    "quantize": ("edgekit.cli.quantize:quantize",
+                 "Mixed precision chosen by measured error: which layers of an int8 build stay "
+                 "float, and what quantizing cost."),
     "releases": ("edgekit.cli.releases:releases",
                  "Releases of an app on a device, newest first; * marks current."),
     "rollback": ("edgekit.cli.releases:rollback",

@@ -235,6 +235,38 @@ class TuneSettings(Frozen):
 QuantizeMode = Literal["int8", "int8-weights", "fp16"]
 
 
+class LayerError(Frozen):
+    """One quantizable layer's measured error in the all-int8 model against the float model
+    (`edgekit quantize search`: bisect's taps at the layer's output, worst sample)."""
+
+    layer: str = pydantic.Field(description="module path, as `keep_float` names it")
+    cosine: float | None = pydantic.Field(
+        default=None, description="worst sample's cosine of the layer's output vs fp32")
+    max_abs_error: float | None = pydantic.Field(default=None)
+    added: float | None = pydantic.Field(
+        default=None, description="the error the layer adds: its output's 1 - cosine minus "
+                                  "that of the layer before it (what ranks the layers)")
+
+
+class SearchCandidate(Frozen):
+    float_layers: int = pydantic.Field(ge=0, description="the k worst layers kept in float")
+    score: float
+    drop: float
+
+
+class QuantizeSearch(Frozen):
+    """What `edgekit quantize search` measured, written with the `keep_float` it chose so that
+    the build records why those layers stayed float (an input of the build, like a tuning)."""
+
+    metric: str
+    max_drop: float = pydantic.Field(ge=0)
+    reference_score: float = pydantic.Field(description="the float model's dataset score")
+    layers: tuple[LayerError, ...] = pydantic.Field(
+        default=(), description="every quantizable layer, worst (largest `added`) first")
+    candidates: tuple[SearchCandidate, ...] = ()
+    measured_on: str = ""
+
+
 class Quantize(Frozen):
     """Post-training quantization (`quantize: int8` is short for `quantize: {mode: int8}`)."""
 
@@ -267,6 +299,18 @@ class Quantize(Frozen):
     float_model: str | None = pydantic.Field(
         default=None, description="ONNX QDQ models: the fp32 .onnx the model was quantized from "
                                   "(the accuracy report's reference)")
+    max_drop: float | None = pydantic.Field(
+        default=None, ge=0, le=1,
+        description="int8: keep the fewest layers in float that bring the dataset score "
+                    "(`validation.dataset`) within this drop of the float model's, chosen by "
+                    "measured error (`edgekit quantize search`); the fastest such build is built")
+    keep_float: tuple[str, ...] | None = pydantic.Field(
+        default=None,
+        description="int8: module paths whose convolutions/linears/matmuls stay float (a "
+                    "module covers the layers inside it); with max_drop, given: no search")
+    search: QuantizeSearch | None = pydantic.Field(
+        default=None, description="written by `edgekit quantize search` with keep_float: the "
+                                  "measured errors and scores (recorded in the manifest)")
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -284,6 +328,19 @@ class Quantize(Frozen):
         if self.calibration and not (self.calibration.endswith(".npz") or ":" in self.calibration):
             raise ValueError("`calibration` is a .npz file or 'module:function'")
         return self
+
+    @pydantic.model_validator(mode="after")
+    def _mixed_precision_is_int8(self) -> "Quantize":
+        for key in ("max_drop", "keep_float"):
+            if getattr(self, key) is not None and self.mode != "int8":
+                raise ValueError(f"`{key}` chooses layers to keep in float in an int8 build "
+                                 f"(mode is {self.mode})")
+        return self
+
+    @property
+    def searches(self) -> bool:
+        """A build must search for the layers to keep float (max_drop, no keep_float yet)."""
+        return self.max_drop is not None and self.keep_float is None
 
 
 class Recipe(Frozen):
@@ -322,6 +379,14 @@ class Recipe(Frozen):
         source = info.data.get("model")
         if quantize is None or source is None:
             return quantize
+        validation = info.data.get("validation")
+        if quantize.max_drop is not None and (validation is None or validation.dataset is None):
+            raise ValueError("`max_drop` is a drop of the dataset score: add "
+                             "`validation.dataset: {samples: …, labels: …}` (the set the "
+                             "candidates are scored on)")
+        if source.onnx and (quantize.max_drop is not None or quantize.keep_float is not None):
+            raise ValueError("`max_drop`/`keep_float` choose layers for edgekit's PyTorch "
+                             "quantizer; an ONNX QDQ model arrives quantized")
         if source.onnx:
             if quantize.mode != "int8" or quantize.calibration:
                 raise ValueError(

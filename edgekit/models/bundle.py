@@ -28,7 +28,7 @@ from typing import Literal
 
 import pydantic
 
-from edgekit.config.recipe import Hooks, Validation
+from edgekit.config.recipe import Hooks, LayerError, QuantizeSearch, Validation
 from edgekit.config.schema_base import Frozen
 from edgekit.models.dataset import DatasetNote
 from edgekit.config.stamped import StampedCache
@@ -153,6 +153,11 @@ class QuantizationNote(Frozen):
     lowering: str = ""                # the path the module took (set at compile)
     contractions: ContractionCensus | None = None
     golden: str = "outputs of the quantized PyTorch model (what the module must reproduce)"
+    # int8 with layers kept float (`quantize.keep_float`, chosen by `edgekit quantize search`
+    # from `max_drop`): which, and their measured error in the all-int8 model (none: named
+    # by hand); `search`: the per-layer errors and the candidates' dataset scores
+    float_layers: tuple[LayerError, ...] = ()
+    search: QuantizeSearch | None = None
 
 
 class ModuleVariant(Frozen):

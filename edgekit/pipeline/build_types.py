@@ -65,6 +65,9 @@ class BuildOptions:
     private: bool = False           # the bundle goes to a new temporary directory, not `out`
                                     # (deploy: its own copy); the caller removes its parent
     trust_pickle: bool = False      # load the recipe's .pt2 (`--trust-pickle`): it is unpickled
+    # the recipe as loaded from `recipe` and edited (`edgekit quantize search`'s candidates and
+    # choice: `quantize.keep_float`); its relative paths still resolve against `recipe`
+    recipe_override: Recipe | None = None
 
 
 @dataclass(frozen=True)

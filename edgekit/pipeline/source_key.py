@@ -315,7 +315,7 @@ def store_record(skey: str, key: str, tuning: TuningNote | None, files: set[str]
 
 def loaded_recipe(options: BuildOptions) -> Recipe:
     """The recipe as the source key sees it (before the `quantize` override)."""
-    recipe = load_recipe(options.recipe)
+    recipe = options.recipe_override or load_recipe(options.recipe)
     return recipe.trusting_pickle() if options.trust_pickle else recipe
 
 

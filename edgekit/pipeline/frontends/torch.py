@@ -106,8 +106,10 @@ class TorchFrontend(Frontend[Program]):
         return eager_outputs(exported.program.module(), samples)
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
-        settings = recipe.quantize.model_dump(exclude={"mode", "weights"}) if recipe.quantize \
-            else {}
+        # the layers kept float (and the search choosing them) are an int8 build's
+        mixed = {"max_drop", "keep_float", "search"} if mode != "int8" else set()
+        settings = recipe.quantize.model_dump(exclude={"mode", "weights", *mixed}) \
+            if recipe.quantize else {}
         quantize = None if mode == "none" else Quantize.model_validate({**settings, "mode": mode})
         return recipe.model_copy(update={"quantize": quantize})
 

@@ -56,7 +56,32 @@ def _specs(per_channel: bool):
     return activation, weight
 
 
-def _quantizer(per_channel: bool, weights_only: bool):
+def module_paths(node: torch.fx.Node) -> list[str]:
+    """The module paths a node was computed inside, outermost first (the root "" left out)."""
+    return [path for path, _ in (node.meta.get("nn_module_stack") or {}).values() if path]
+
+
+def contraction_layers(graph: torch.fx.GraphModule) -> list[str]:
+    """The layers the quantizer can keep float, in execution order: the innermost module of
+    each contraction (a convolution, linear or matmul); "" for one in the model's own forward."""
+    layers: list[str] = []
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and node.target in _CONTRACTIONS:
+            paths = module_paths(node)
+            layer = paths[-1] if paths else ""
+            if layer not in layers:
+                layers.append(layer)
+    return layers
+
+
+def _kept_float(node: torch.fx.Node, keep_float: frozenset[str]) -> bool:
+    """Inside a module `keep_float` names (per-module exclusion, as XNNPACKQuantizer's
+    `set_module_name(name, None)`; a block covers every layer in it)."""
+    return bool(keep_float) and (any(p in keep_float for p in module_paths(node))
+                                 or ("" in keep_float and not module_paths(node)))
+
+
+def _quantizer(per_channel: bool, weights_only: bool, keep_float: frozenset[str] = frozenset()):
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
     activation, weight = _specs(per_channel)
 
@@ -64,7 +89,7 @@ def _quantizer(per_channel: bool, weights_only: bool):
         def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             for node in model.graph.nodes:
                 roles = _CONTRACTIONS.get(node.target) if node.op == "call_function" else None
-                if roles is None:
+                if roles is None or _kept_float(node, keep_float):
                     continue
                 act_index, weight_index = roles
                 specs = {}
@@ -91,11 +116,13 @@ def _is_constant(node) -> bool:
 
 
 def quantize_graph(graph: torch.fx.GraphModule, calibration: Iterable[tuple[torch.Tensor, ...]],
-                   per_channel: bool, weights_only: bool) -> torch.fx.GraphModule:
-    """Annotate, observe the calibration batches (none needed for weights only), convert."""
+                   per_channel: bool, weights_only: bool,
+                   keep_float: frozenset[str] = frozenset()) -> torch.fx.GraphModule:
+    """Annotate (but not the layers inside `keep_float`'s modules), observe the calibration
+    batches (none needed for weights only), convert."""
     with _quiet_torchao():
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-        prepared = prepare_pt2e(graph, _quantizer(per_channel, weights_only))
+        prepared = prepare_pt2e(graph, _quantizer(per_channel, weights_only, keep_float))
         with torch.no_grad():
             for batch in calibration:
                 prepared(*batch)

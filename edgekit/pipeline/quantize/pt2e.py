@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
-from edgekit.config.recipe import Recipe
+from edgekit.config.recipe import LayerError, Recipe
 from edgekit.errors import ModelLoadError, QuantizationError
 from edgekit.models.bundle import QuantizationNote
 from edgekit.pipeline.export import ExportedModel
@@ -52,10 +52,11 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
         # weight observers see the weights on any forward pass: one golden sample will do
         observed = calibration or [exported.samples]
         from edgekit.pipeline.quantize.int8 import quantize_graph, quantized_contractions
+        keep_float = _checked_keep_float(recipe, exported.program.module())
         try:
             graph = quantize_graph(exported.program.module(), as_batches(observed),
                                    per_channel=quantize.weights == "per-channel",
-                                   weights_only=weights_only)
+                                   weights_only=weights_only, keep_float=keep_float)
         except Exception as exc:  # torchao raises many kinds on graphs it cannot annotate
             raise QuantizationError(f"{quantize.mode}: quantizing the graph failed: "
                                     f"{type(exc).__name__}: {exc}", where="stage quantize") \
@@ -70,9 +71,11 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
         digest = program_digest(program)
         note = QuantizationNote(
             mode=quantize.mode, weights=quantize.weights or "", quantized_ops=count,
-            allow_float_contractions=quantize.allow_float_contractions,
+            # the layers kept float are float contractions the census is to expect
+            allow_float_contractions=quantize.allow_float_contractions or bool(keep_float),
             calibration=(f"{quantize.calibration} ({len(calibration)} samples)"
-                         if calibration else ""))
+                         if calibration else ""),
+            float_layers=float_layers(quantize), search=quantize.search)
     report = accuracy_report(fp32, reference, held_out, source, names, recipe.validation)
     check_floor(report, quantize.min_cosine, quantize.mode, where=f"{recipe.path} (quantize)")
     golden = tuple(reference(exported.samples))
@@ -80,6 +83,32 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
         exported, program=program, digest=digest, golden=golden,
         more_golden=tuple(tuple(reference(s)) for s in exported.more_samples),
         quantization=note.model_copy(update={"accuracy": report}))
+
+
+def _checked_keep_float(recipe: Recipe, graph: torch.fx.GraphModule) -> frozenset[str]:
+    """`quantize.keep_float`, each name a module that holds a layer (else one line naming
+    the layers there are)."""
+    from edgekit.pipeline.quantize.int8 import contraction_layers, module_paths
+    names = frozenset(recipe.quantize.keep_float or ())
+    if not names:
+        return names
+    known = {p for node in graph.graph.nodes for p in module_paths(node)} | {""}
+    unknown = sorted(names - known)
+    if unknown:
+        layers = contraction_layers(graph)
+        raise QuantizationError(
+            f"int8: quantize.keep_float names {', '.join(map(repr, unknown))}, not a module of "
+            f"the model", where=f"{recipe.path} (quantize.keep_float)",
+            hint="its layers: " + ", ".join(layers[:12]) + (" …" if len(layers) > 12 else ""))
+    return names
+
+
+def float_layers(quantize) -> tuple[LayerError, ...]:
+    """The kept layers with their measured error (from the search that chose them), in the
+    order the search ranked them; a layer named by hand has no figures."""
+    measured = {e.layer: e for e in quantize.search.layers} if quantize.search else {}
+    return tuple(measured.get(name, LayerError(layer=name))
+                 for name in quantize.keep_float or ())
 
 
 def _reexport(recipe: Recipe, graph: torch.fx.GraphModule,
