@@ -391,7 +391,7 @@ def report(path: Path, html: Path | None = None) -> QuantizeReport:
                                 layers=search.layers if search else (),
                                 scores=tuple(rows), notes=tuple(notes))
     if html is not None:
-        from edgekit.api.quantize_html import render_quantize_report
+        from edgekit.report.quantize_html import render_quantize_report
         html.write_text(render_quantize_report(result))
     return result
 

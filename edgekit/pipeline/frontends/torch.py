@@ -13,6 +13,7 @@ import logging
 import re
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,11 @@ class TorchFrontend(Frontend[Program]):
     def reference_outputs(self, exported: ExportedModel[Program],
                           samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         return eager_outputs(exported.program.module(), samples)
+
+    def dataset_reference(self, recipe: Recipe, exported: ExportedModel[Program], fp32: bool
+                          ) -> Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]:
+        module = exported.program.module()   # once: unlifting costs more than a sample's run
+        return lambda samples: eager_outputs(module, samples)
 
     def with_quantize_mode(self, recipe: Recipe, mode: str) -> Recipe:
         # the layers kept float (and the search choosing them) are an int8 build's
