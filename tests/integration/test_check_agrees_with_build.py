@@ -8,31 +8,9 @@ import json
 import pytest
 
 from tests.fixtures.cli import edgekit_here
+from tests.fixtures.user_models import DEAD_RELU
 
-MODELS = '''
-import torch
-from torch import nn
-
-
-class DeadRelu(nn.Module):
-    """Hidden ReLUs that never fire: the logits are the head's bias, whatever the input."""
-
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(12, 16)
-        self.head = nn.Linear(16, 4)
-        with torch.no_grad():
-            self.body.bias.fill_(-100.0)
-            self.head.bias.copy_(torch.tensor([0.5, -0.25, 1.0, 0.125]))
-
-    def forward(self, x):
-        return self.head(torch.relu(self.body(x)))
-
-
-def dead_relu():
-    torch.manual_seed(0)
-    return DeadRelu().eval(), (torch.rand(1, 12),)
-
+MODELS = DEAD_RELU + '''
 
 class MaskBias(nn.Module):
     """BERT's extended attention mask: TOSA refuses the i64→f32 cast of the whole model at the

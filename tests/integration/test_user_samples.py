@@ -5,33 +5,10 @@ import numpy as np
 import pytest
 
 from edgekit import BuildOptions, build
+from tests.fixtures.user_models import DEAD_RELU as DEAD_RELU_SOURCE
 from tests.integration.helpers import edgekit
 
-DEAD_RELU = '''
-import torch
-from torch import nn
-
-
-class DeadRelu(nn.Module):
-    """A classifier whose hidden ReLUs never fire (bias -100): its logits are its head's bias,
-    whatever the input."""
-
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(12, 16)
-        self.head = nn.Linear(16, 4)
-        with torch.no_grad():
-            self.body.bias.fill_(-100.0)
-            self.head.bias.copy_(torch.tensor([0.5, -0.25, 1.0, 0.125]))
-
-    def forward(self, x):
-        return self.head(torch.relu(self.body(x)))
-
-
-def dead_relu():
-    torch.manual_seed(0)
-    return DeadRelu().eval(), (torch.rand(1, 12),)
-
+DEAD_RELU = DEAD_RELU_SOURCE + '''
 
 class Mask(nn.Module):
     def forward(self, x, mask):
