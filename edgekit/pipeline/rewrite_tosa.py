@@ -77,15 +77,21 @@ def _against_constants(program: Program) -> int:
 FOLD_MAX_ELEMENTS = 1 << 20
 
 
+# the integer buffers that hold positions, ids and masks; int8/uint8 buffers are quantized
+# weights (`quantize: {mode: int8-weights}`): folded, their dequantized copy would be stored as
+# float32 — four times the module's weights
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.bool)
+
+
 def _weightless_nodes(module: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """The nodes whose values depend neither on the model's inputs nor on a float weight:
-    integer buffers, and ops (deterministic, pure) of those alone or of nothing (arange,
+    """The nodes whose values depend neither on the model's inputs nor on a weight: integer
+    index buffers, and ops (deterministic, pure) of those alone or of nothing (arange,
     full) — positions, masks, interpolation indices and weights."""
     found: set[torch.fx.Node] = set()
     for node in module.graph.nodes:
         if node.op == "get_attr":
             value = _attribute(module, node.target)
-            if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
+            if isinstance(value, torch.Tensor) and value.dtype in _INDEX_DTYPES:
                 found.add(node)
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and not node.is_impure() \

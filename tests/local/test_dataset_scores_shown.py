@@ -55,7 +55,9 @@ def test_releases_show_each_releases_last_score_and_not_one_the_device_wrote_wro
     assert rows[scored]["dataset"] is None
 
 
-def test_bench_and_its_report_show_the_score_beside_the_latency(scored_device, tmp_path):
+def test_bench_and_its_report_show_the_score_beside_the_latency(scored_device, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path / "home"))  # this test's bench history only
     device, _, scored = scored_device
     host = f"local:{device.root}"
     [result] = run_bench(BenchOptions(hosts=(host,), app=APP, threads=(1,), repetitions=4,

@@ -138,7 +138,10 @@ def test_ctrl_c_while_connecting_exits_130_in_one_line_and_nothing_changed(tmp_p
     proc = subprocess.Popen([sys.executable, "-m", "edgekit", "rollback",
                              f"u@127.0.0.1:{server.getsockname()[1]}", "--app", "kws",
                              "--identity", str(key)],
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            # as a terminal starts it: a run in the background (`cmd &` in a
+                            # script) hands its children SIGINT ignored, and Ctrl-C then is none
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stderr.readline().startswith("edgekit: connecting to u@127.0.0.1:")
         proc.send_signal(signal.SIGINT)

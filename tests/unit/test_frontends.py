@@ -16,7 +16,8 @@ from edgekit.toolchain.iree import compile_flags
 PIPELINE = Path(__file__).resolve().parents[2] / "edgekit" / "pipeline"
 # What knows the source kind: the frontends, their quantization hooks (PT2E, ONNX QDQ), and the
 # PyTorch frontend's graph rewrites.
-KIND_AWARE = ("frontends", "quantize", "rewrite.py", "rewrite_softmax.py", "rewrite_int8.py")
+KIND_AWARE = ("frontends", "quantize", "rewrite.py", "rewrite_softmax.py", "rewrite_int8.py",
+              "rewrite_tosa.py")
 SOURCE_KIND_NAMES = ("onnx", "exportedprogram", "modelproto")  # in any identifier
 # (`torch` alone is PyTorch; torch_mlir and torch_bytecode are the torch-backend dialect that
 # every model is imported to)
