@@ -19,7 +19,9 @@ from edgekit.validate.dataset import load_set, score
 from tests.fixtures import digits
 from tests.local.conftest import current_of
 
-pytestmark = pytest.mark.local
+# builds ONNX models with the compiler: the integration tier, beside the local devices it
+# deploys to
+pytestmark = pytest.mark.integration
 
 LIMIT = 64            # one batch of runs.sh
 RECIPE = """name: digits-onnx

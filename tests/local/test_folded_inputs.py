@@ -16,7 +16,9 @@ from edgekit.errors import BundleError
 from edgekit.models.bundle import load_bundle
 from tests.local.conftest import rehash, releases_on
 
-pytestmark = pytest.mark.local
+# builds an ONNX model with the compiler: the integration tier, beside the local device it
+# deploys to
+pytestmark = pytest.mark.integration
 
 REFUSAL = ("input 'axes' is [0] here, but the module was built with [1] folded in as a "
            "constant (it ignores what is passed)")
