@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import torch
 
+from edgekit.errors import LoweringError
+
 _q = None
 
 
@@ -322,7 +324,9 @@ def _pieces(total: torch.Tensor, k: int) -> torch.Tensor:
         step = rest.clamp(-127, 127)
         out[:, j] = step
         rest -= step
-    assert not rest.any(), "correction taps too few"
+    if rest.any():   # _correction_taps sizes k for exactly this: a bug if it does not hold
+        raise LoweringError(f"{k} zero-point correction taps cannot hold a weight sum of "
+                            f"{int(total.abs().max())}", stage="rewrite")
     return out
 
 

@@ -35,6 +35,16 @@ def cases(pattern):
                 if re.search(pattern, c.name) and "_expanded" not in c.name]
 
 
+def run_as_backend(bundle, case, inputs):
+    """The bundle's outputs on the case's inputs, run as the ONNX backend runner runs it."""
+    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
+    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
+    try:
+        return tuple(np.array(o) for o in rep.run(inputs))   # copies: the runtime is released
+    finally:
+        rep.close()
+
+
 def assert_like_expected(case, outputs):
     from onnx.backend.test.runner import Runner, _normalize_tensor
     expected = [_normalize_tensor(e) for e in case.data_sets[0][1]]
@@ -132,12 +142,7 @@ def test_linear_attention_builds_with_its_scan_unrolled(name, tmp_path):
     assert any("LinearAttention ×1" in n for n in notes), notes
     assert any(n.startswith("Scan unrolled") for n in notes), notes
     assert validate_local(bundle.path).ok
-    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
-    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
-    try:
-        assert_like_expected(case, rep.run(inputs))
-    finally:
-        rep.close()
+    assert_like_expected(case, run_as_backend(bundle, case, inputs))
 
 
 @pytest.mark.parametrize("name", BUILT)
@@ -148,12 +153,7 @@ def test_opset_23_attention_builds_for_host_and_gives_the_cases_outputs(name, tm
     assert any("expanded to their ONNX function bodies" in n and "Attention ×1" in n
                for n in bundle.manifest.model_notes), bundle.manifest.model_notes
     assert validate_local(bundle.path).ok
-    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
-    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
-    try:
-        assert_like_expected(case, rep.run(inputs))
-    finally:
-        rep.close()
+    assert_like_expected(case, run_as_backend(bundle, case, inputs))
 
 
 def reduce_max(path):
@@ -230,12 +230,7 @@ def test_other_function_ops_build_and_give_the_cases_outputs(name, op, tmp_path)
     bundle = build_model(case.model, "host", tmp_path, inputs)
     assert any(f"{op} ×1" in n for n in bundle.manifest.model_notes), bundle.manifest.model_notes
     assert validate_local(bundle.path).ok
-    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
-    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
-    try:
-        assert_like_expected(case, rep.run(inputs))
-    finally:
-        rep.close()
+    assert_like_expected(case, run_as_backend(bundle, case, inputs))
 
 
 def test_masked_attention_scores_are_judged_by_the_spec_not_onnxruntimes_lowest(tmp_path):
@@ -247,14 +242,9 @@ def test_masked_attention_scores_are_judged_by_the_spec_not_onnxruntimes_lowest(
     bundle = build_model(case.model, "host", tmp_path, inputs)
     assert "answered unlike the spec" in bundle.manifest.golden_reference
     assert validate_local(bundle.path).ok
-    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
-    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
-    try:
-        outputs = rep.run(inputs)
-        assert np.isneginf(outputs[3]).any()
-        assert_like_expected(case, outputs)
-    finally:
-        rep.close()
+    outputs = run_as_backend(bundle, case, inputs)
+    assert np.isneginf(outputs[3]).any()
+    assert_like_expected(case, outputs)
 
 
 @pytest.mark.parametrize("name", ("test_rms_normalization_3d_axis_negative_2_epsilon_expanded",
@@ -267,12 +257,7 @@ def test_a_spec_body_written_out_has_its_run_time_axes_folded(name, tmp_path):
     inputs = list(case.data_sets[0][0])
     bundle = build_model(case.model, "host", tmp_path, inputs)
     assert validate_local(bundle.path).ok
-    from edgekit.api.onnx_backend import EdgekitRep, _with_graph_types
-    rep = _with_graph_types(EdgekitRep(bundle, None), case.model)
-    try:
-        assert_like_expected(case, rep.run(inputs))
-    finally:
-        rep.close()
+    assert_like_expected(case, run_as_backend(bundle, case, inputs))
 
 
 def cases_expanded(name):

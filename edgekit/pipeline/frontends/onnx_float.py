@@ -14,23 +14,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgekit.errors import ConfigError
+from edgekit.pipeline.quantize.onnx_qdq import QDQ_OPS, QOPERATOR_OPS
 
 if TYPE_CHECKING:
     import onnx
 
-QDQ = ("QuantizeLinear", "DequantizeLinear")
-# ops of the QOperator format (and onnxruntime's contrib ones): integer arithmetic with no
-# float form to fall back on
-INTEGER_OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QGemm", "QAttention",
-               "DynamicQuantizeMatMul", "MatMulIntegerToFloat")
-
-
 def _integer(node) -> bool:
-    return node.op_type.startswith("QLinear") or node.op_type in INTEGER_OPS
+    """An op of the QOperator format (integer arithmetic with no float form to fall back on)."""
+    return node.op_type.startswith("QLinear") or node.op_type in QOPERATOR_OPS
 
 
 def is_quantized(model: onnx.ModelProto) -> bool:
-    return any(n.op_type in QDQ or _integer(n) for n in model.graph.node)
+    return any(n.op_type in QDQ_OPS or _integer(n) for n in model.graph.node)
 
 
 def without_qdq(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
