@@ -151,10 +151,45 @@ def _import_onnx_form(model) -> bytes:
                 if op.operation.name == "func.func" and \
                         "sym_visibility" not in op.operation.attributes:
                     op.operation.attributes["sym_name"] = ir.StringAttr.get("main")
+            _views_as_dtype(module)
             return _bytecode(module)
     except Exception as exc:  # the importer raises bare Exceptions; translate them here
         text = "\n".join(diagnostics) or f"{type(exc).__name__}: {exc}"
         raise LowerFailure(ops_in(text), text) from None
+
+
+# An ONNX node edgekit adds (frontends/onnx_int8.py) for what ONNX cannot say: the same bytes
+# as another integer type with a different last dimension (PyTorch's `Tensor.view(dtype)`).
+VIEW_DTYPE = "EdgekitViewDtype"
+_TORCH_DTYPES = {"si8": 1, "ui8": 0, "si32": 3, "si64": 4}
+
+
+def _views_as_dtype(module) -> None:
+    """Each imported `onnx.EdgekitViewDtype` as `torch.aten.view.dtype` (which IREE lowers
+    to a bitcast: a dispatch boundary, and a gather of 4- or 8-byte words)."""
+    from torch_mlir import ir
+    found = []
+
+    def visit(op):
+        if op.name == "torch.operator" and \
+                ir.StringAttr(op.attributes["name"]).value == f"onnx.{VIEW_DTYPE}":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+    module.walk(visit)
+    for op in found:
+        result = op.results[0]
+        element = str(result.type).rsplit(",", 1)[-1].rstrip(">")
+        at = ir.InsertionPoint(op)
+        dtype = ir.Operation.create(
+            "torch.constant.int", results=[ir.Type.parse("!torch.int")],
+            attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                    _TORCH_DTYPES[element])},
+            loc=op.location, ip=at)
+        view = ir.Operation.create("torch.aten.view.dtype", results=[result.type],
+                                   operands=[op.operands[0], dtype.result], loc=op.location,
+                                   ip=at)
+        result.replace_all_uses_with(view.result)
+        op.erase()
 
 
 def _onnx_to_torch_backend(onnx_form: bytes) -> bytes:

@@ -216,12 +216,30 @@ class OnnxFrontend(Frontend[Model]):
 
     def rewrite(self, exported: ExportedModel[Model], flags: tuple[str, ...]
                 ) -> ExportedModel[Model]:
+        """`--edgekit-int8-convs-as-matmul` on a QDQ model: its int8 convolutions as int8
+        im2col + integer MatMul (onnx_int8.py); other `--edgekit-…` flags are not applied."""
         asked = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
         if not asked:
             return exported
-        note = ("ONNX models are lowered as they come: "
-                + ", ".join(f"{PREFIX}{name}" for name in asked) + " not applied")
-        return dataclasses.replace(exported, rewrites=(*exported.rewrites, note))
+        program, notes = exported.program, []
+        as_matmul = asked.pop("int8-convs-as-matmul", None)
+        quantized = exported.quantization is not None and exported.quantization.mode == "int8"
+        if as_matmul is not None and quantized:
+            from edgekit.pipeline.frontends.onnx_int8 import (int8_convs_as_matmul,
+                                                              lowering_note)
+            program, rewritten, total = int8_convs_as_matmul(program)
+            if total:
+                notes.append(lowering_note(rewritten, total,
+                                           f"{PREFIX}int8-convs-as-matmul={as_matmul}"))
+        elif as_matmul is not None:
+            asked["int8-convs-as-matmul"] = as_matmul
+        if asked:
+            notes.append("ONNX models are lowered as they come: "
+                         + ", ".join(f"{PREFIX}{name}" for name in asked) + " not applied")
+        if not notes:
+            return exported
+        return dataclasses.replace(exported, program=program,
+                                   rewrites=(*exported.rewrites, *notes))
 
     def dataset_reference(self, recipe: Recipe, exported: ExportedModel[Model], fp32: bool):
         """onnxruntime (or the reference evaluator) on the graph as built; for `fp32` and a
