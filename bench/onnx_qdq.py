@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--models", default="small_cnn,transformer_block")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per model")
+    parser.add_argument("--per-call", action="store_true",
+                        help="each round's median call, not its mean (a loaded machine)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="edgekit-qdq-bench-"))
@@ -59,26 +61,39 @@ def main() -> None:
             bundle = build(BuildOptions(recipe=recipe, target="host", out=work / "b" / form,
                                         use_tuned=False)).bundle
             q = bundle.manifest.quantization
-            notes[form] = (f"{q.contractions.integer}/{q.contractions.total} integer" if q
+            convs = [n for n in bundle.manifest.lowering.note.split("; ")
+                     if "int8 convolutions as" in n]
+            notes[form] = (f"{q.contractions.integer}/{q.contractions.total} integer"
+                           + "".join(f"; {n.split(' (')[0]}" for n in convs) if q
                            else f"lowering {bundle.manifest.lowering.used}")
             runners[f"edgekit {form}"] = iree_runner(bundle.module, inputs, 1)
             notes[f"size {form}"] = bundle.module.stat().st_size
-        timed = time_interleaved(runners, args.rounds, args.budget)
+        timed = time_interleaved(runners, args.rounds, args.budget, per_call=args.per_call)
         ort = timed["onnxruntime fp32"]["median_ms"]
         for key, t in timed.items():
             rows.append({"model": model, "runner": key, "ms": t["median_ms"],
+                         "spread": t["spread_ms"] / t["median_ms"],
                          "vs_ort_fp32": t["median_ms"] / ort,
                          "note": notes.get(key.split()[-1], "") if key.startswith("edgekit")
                          else ""})
+        rows.append({"model": model, "runner": "edgekit QDQ / onnxruntime QDQ",
+                     "ratio": timed["edgekit QDQ"]["median_ms"] /
+                     timed["onnxruntime QDQ"]["median_ms"]})
+        rows.append({"model": model, "runner": "edgekit QDQ / edgekit fp32",
+                     "ratio": timed["edgekit QDQ"]["median_ms"] /
+                     timed["edgekit fp32"]["median_ms"]})
         rows.append({"model": model, "runner": "module size int8 / fp32",
                      "ratio": notes["size QDQ"] / notes["size fp32"]})
-    print("\n| model | runner | ms | vs onnxruntime fp32 | note |\n|---|---|---|---|---|")
+    print(f"\n{args.rounds} interleaved rounds, 1 thread; spread = (slowest − fastest round) / "
+          "median")
+    print("\n| model | runner | ms | spread | vs onnxruntime fp32 | note |\n"
+          "|---|---|---|---|---|---|")
     for r in rows:
         if "ratio" in r:
-            print(f"| {r['model']} | {r['runner']} | | {r['ratio']:.2f}× | |")
+            print(f"| {r['model']} | {r['runner']} | | | {r['ratio']:.2f}× | |")
         else:
-            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} | {r['vs_ort_fp32']:.2f}× "
-                  f"| {r['note']} |")
+            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} | {r['spread']:.0%} "
+                  f"| {r['vs_ort_fp32']:.2f}× | {r['note']} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -147,7 +147,8 @@ def _plan(conv, graph: _Graph) -> dict | None:
         return None
     x_scale = graph.values.get(dq_x.input[1])
     x_zp = graph.values.get(dq_x.input[2]) if len(dq_x.input) > 2 and dq_x.input[2] else None
-    if x_scale is None or x_scale.size != 1 or (x_zp is not None and x_zp.size != 1):
+    # the zero point fills the padding (onnxruntime always writes one)
+    if x_scale is None or x_scale.size != 1 or x_zp is None or x_zp.size != 1:
         return None
     w_scale = graph.values.get(dq_w.input[1])
     w_zp = graph.values.get(dq_w.input[2]) if len(dq_w.input) > 2 and dq_w.input[2] else None
@@ -176,8 +177,7 @@ def _as_matmul(conv, plan: dict, graph: _Graph, p: str) -> list:
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     dq_x, dq_w = plan["dq_x"], plan["dq_w"]
     xq = dq_x.input[0]
-    zp = plan["x_zp"]
-    zp = np.zeros((), wq.dtype if zp is None else zp.dtype) if zp is None else zp.reshape(())
+    zp = plan["x_zp"].reshape(())
     # the patches' row index per output pixel and tap; outside the image, the zero-point row
     oy, ox, i, j = np.meshgrid(np.arange(oh), np.arange(ow), np.arange(kh), np.arange(kw),
                                indexing="ij")
@@ -315,5 +315,7 @@ def _live(nodes: list, model) -> list:
 
 
 def lowering_note(rewritten: int, total: int, flag: str) -> str:
+    how = (" — its `on` form: uint8 patches are made for PyTorch's int8 graphs only"
+           if flag.endswith("=u8") else "")
     return (f"{rewritten} of {total} int8 convolutions as int8 im2col + integer matmul "
-            f"(ONNX QDQ graph, {flag})")
+            f"(ONNX QDQ graph, {flag}{how})")

@@ -1,0 +1,121 @@
+"""ONNX QDQ convolutions (onnxruntime's quantize_static) reach the integer matmul path:
+`--edgekit-int8-convs-as-matmul` (host's int8 flags) rewrites them as an int8 im2col + a
+DequantizeLinear→MatMul pair, which IREE compiles as an integer matmul; the module still
+reproduces onnxruntime's QDQ outputs."""
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+
+from edgekit import BuildOptions, build, validate_local
+from edgekit.pipeline.frontends.onnx_int8 import int8_convs_as_matmul
+from edgekit.toolchain import iree, torch_mlir
+
+
+class TinyCNN(nn.Module):
+    """3 channels (padded to 4: int32 words), 8 (int64 words), a stride, a depthwise conv (left
+    as it is: grouped) when asked."""
+
+    def __init__(self, depthwise: bool = False):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16) if depthwise else nn.Identity()
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.c2(torch.relu(self.c1(x))))
+        return self.head(torch.relu(self.dw(x)).mean(dim=(2, 3)))
+
+
+def qdq_model(directory, depthwise: bool = False):
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    torch.manual_seed(0)
+    fp32, qdq = directory / f"tiny{depthwise:d}.onnx", directory / f"tiny{depthwise:d}_qdq.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(TinyCNN(depthwise).eval(), (torch.randn(1, 3, 12, 12),), str(fp32),
+                          dynamo=False, input_names=["image"], opset_version=17)
+    rng = np.random.default_rng(1)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"image": rng.standard_normal((1, 3, 12, 12))
+                                  .astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+    # onnxruntime's default activations, uint8 (bench/onnx_qdq.py and test_quantize_onnx.py
+    # build int8 ones)
+    quantize_static(str(fp32), str(qdq), Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    return qdq
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return qdq_model(tmp_path_factory.mktemp("onnx-int8-convs"))
+
+
+def contractions(model, tmp_path) -> list[tuple[str, tuple[str, ...]]]:
+    """(op, input element types) of each contraction after IREE's global optimization of the
+    model as the build imports it (the torch lowering: IREE's ONNX input)."""
+    source = tmp_path / "input.mlirbc"
+    source.write_bytes(torch_mlir.import_onnx_form(model))
+    ir = iree.global_optimization_ir(source, (
+        "--iree-input-type=onnx", "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu"))
+    return iree.contraction_element_types(ir)
+
+
+def test_qdq_convolutions_become_integer_matmuls_not_integer_convolutions(tiny, tmp_path):
+    model = onnx.load(str(tiny))
+    before = contractions(model, tmp_path)
+    assert sum(op.startswith("linalg.conv") for op, _ in before) == 2, before
+    rewritten, done, total = int8_convs_as_matmul(model)
+    assert (done, total) == (2, 2)
+    after = contractions(rewritten, tmp_path)
+    # two convolutions as matmuls and the head's matvec: all of them integer (uint8
+    # activations are signless i8 here), no convolution
+    assert [op for op, _ in after] == ["linalg.generic"] * 3, after
+    assert all(types == ("i8", "i8") for _, types in after), after
+
+
+def test_a_grouped_convolution_is_left_as_it_is(tmp_path):
+    model = onnx.load(str(qdq_model(tmp_path, depthwise=True)))
+    rewritten, done, total = int8_convs_as_matmul(model)
+    assert (done, total) == (2, 3)
+    convs = [n for n in rewritten.graph.node if n.op_type == "Conv"]
+    assert len(convs) == 1 and convs[0].attribute and any(
+        a.name == "group" and a.i == 16 for a in convs[0].attribute)
+
+
+def test_a_qdq_cnn_builds_through_the_integer_matmuls_and_validates(tiny, tmp_path):
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(f"name: tiny-qdq\nmodel: {{onnx: {tiny}}}\n")
+    bundle = build(BuildOptions(recipe=recipe, target="host", out=tmp_path / "b")).bundle
+    lowering, q = bundle.manifest.lowering, bundle.manifest.quantization
+    assert ("2 of 2 int8 convolutions as int8 im2col + integer matmul (ONNX QDQ graph, "
+            "--edgekit-int8-convs-as-matmul=on)") in lowering.note, lowering.note
+    assert q.mode == "int8" and q.contractions.integer == q.contractions.total == 3
+    assert validate_local(bundle.path).ok
+    # the module reproduces onnxruntime's QDQ outputs within one step of the output's grid
+    import onnxruntime as ort
+    from iree.runtime import load_vm_flatbuffer_file
+    model = onnx.load(str(tiny))
+    out_dq = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    lsb = float(next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer
+                     if t.name == out_dq.input[1]))
+    session = ort.InferenceSession(str(tiny), providers=["CPUExecutionProvider"])
+    module = load_vm_flatbuffer_file(str(bundle.module), driver="local-sync")
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+        got = np.asarray(module.main(x))
+        assert np.abs(got - session.run(None, {"image": x})[0]).max() <= lsb * 1.001
