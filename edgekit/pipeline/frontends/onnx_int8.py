@@ -208,18 +208,31 @@ def _as_matmul(conv, plan: dict, graph: _Graph, p: str) -> list:
     word = np.int64 if c % 8 == 0 else np.int32 if c % 4 == 0 else None
     out.append(node("Concat", [rows, const(p + "zp_row", np.full((1, c), zp, zp.dtype))],
                     [p + "table"], axis=0))
-    table, taps = p + "table", p + "taps"
+    table, taps, patches = p + "table", p + "taps", zp.dtype
     if word is not None:
+        if zp.dtype == np.uint8:
+            # uint8 activations (onnxruntime's default) with the sign bit flipped are int8
+            # ones (v − 128, zero point too): data tiling has s8 × s8 kernels (VNNI, sdot),
+            # not u8 × s8 ones (measured, small CNN: its matmuls ~3× slower as u8)
+            # (the bytes as int8, + 128 wrapping: BitwiseXor needs opset 18)
+            out += [_view(p + "table_bits", table, p + "table_bits", np.int8, (h * w + 1, c)),
+                    node("Add", [p + "table_bits", const(p + "flip", np.int8(-128))],
+                         [p + "table_s8"], name=p + "flip")]
+            graph.typed.append(_value_info(p + "table_bits", np.int8, (h * w + 1, c)))
+            table, patches = p + "table_s8", np.int8
+            graph.values[x_zp_name] = np.int8(int(zp) - 128)
+            graph.added = [t for t in graph.added if t.name != x_zp_name]
+            const(x_zp_name, np.array(int(zp) - 128, np.int8))
         # four (eight) channels a word: IREE copies a gathered row element by element
         words = c // np.dtype(word).itemsize
         out.append(_view(p + "table_words", table, p + "words", word, (h * w + 1, words)))
         table, taps = p + "words", p + "taps_words"
     out.append(node("Gather", [table, const(p + "index", index)], [taps], axis=0))
     if word is not None:
-        out.append(_view(p + "taps_bytes", taps, p + "taps", zp.dtype, (index.size, c)))
+        out.append(_view(p + "taps_bytes", taps, p + "taps", patches, (index.size, c)))
         graph.typed += [_value_info(p + "words", word, (h * w + 1, words)),
                         _value_info(p + "taps_words", word, (index.size, words)),
-                        _value_info(p + "taps", zp.dtype, (index.size, c))]
+                        _value_info(p + "taps", patches, (index.size, c))]
     out += [
         node("Reshape", [p + "taps", const(p + "cols_shape", np.array([oh * ow,
                                                                        kh * kw * c]))],
@@ -330,21 +343,40 @@ def with_byte_gathers(model):
     views = {n.output[0]: n for n in model.graph.node if n.op_type == VIEW_DTYPE}
     if not views:
         return model
+    from onnx import TensorProto
     gathers = {n.output[0]: n for n in model.graph.node
                if n.op_type == "Gather" and n.input[0] in views}
-    nodes = []
+    flips = {n.output[0]: n for n in model.graph.node
+             if n.op_type == "Add" and n.name.startswith(PREFIX)}
+    nodes, added = [], []
     for n in model.graph.node:
         if n.op_type == VIEW_DTYPE and n.input[0] in gathers:
             gather = gathers[n.input[0]]
             table = views[gather.input[0]].input[0]
-            nodes.append(onnx.helper.make_node("Gather", [table, gather.input[1]],
-                                               list(n.output), axis=0))
-        elif n.op_type != VIEW_DTYPE and n.output[0] not in gathers:
+            flip = flips.get(table)
+            if flip is not None:
+                flip = views[flip.input[0]]     # its input: the uint8 table
+            if flip is None:
+                nodes.append(onnx.helper.make_node("Gather", [table, gather.input[1]],
+                                                   list(n.output), axis=0))
+                continue
+            # the flipped uint8 bytes as int8 values: v − 128, computed in int32
+            g, wide = n.output[0] + "_u8", n.output[0] + "_i32"
+            nodes += [onnx.helper.make_node("Gather", [flip.input[0], gather.input[1]], [g],
+                                            axis=0),
+                      onnx.helper.make_node("Cast", [g], [wide + "0"], to=TensorProto.INT32),
+                      onnx.helper.make_node("Sub", [wide + "0", n.output[0] + "_128"], [wide]),
+                      onnx.helper.make_node("Cast", [wide], list(n.output), to=TensorProto.INT8)]
+            added.append(onnx.numpy_helper.from_array(np.array(128, np.int32),
+                                                      n.output[0] + "_128"))
+        elif n.op_type != VIEW_DTYPE and n.output[0] not in gathers and \
+                n.output[0] not in flips:
             nodes.append(n)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
+    out.graph.initializer.extend(added)
     kept = {o for n in nodes for o in n.output}
     typed = [v for v in out.graph.value_info if v.name in kept or
              v.name in {i for n in nodes for i in n.input}]
