@@ -1,7 +1,8 @@
 """The ONNX frontend: an .onnx file (onnx_source.py: safe loading, opset upgrade, input
 signature; onnx_samples.py: random samples that fit the graph) with golden outputs from
 onnxruntime, unoptimized, or the onnx reference evaluator; QDQ/QOperator recognition instead of
-quantizing (quantize/onnx_qdq.py); no graph rewrites; torch-mlir's ONNX importer, whose ONNX form
+quantizing (quantize/onnx_qdq.py); one graph rewrite, a QDQ model's int8 convolutions as
+integer matmuls (onnx_int8.py); torch-mlir's ONNX importer, whose ONNX form
 is what the `torch` lowering hands IREE's own ONNX input (tried first), each step in a child
 process."""
 

@@ -6,7 +6,7 @@ IREE's ONNX input keeps a QDQ convolution integer, but as a direct convolution
 small CNN at 1 thread, 3.3 ms a call, 30× onnxruntime fp32. A MatMul whose two inputs come
 from DequantizeLinear becomes an integer matmul, which data tiling puts on integer dot
 products (VNNI; `sdot` on aarch64) — the form pipeline/rewrite_int8.py gives PyTorch's int8
-graphs. So here, for `Conv(DQ(xq, s, z), DQ(wq, s_w per output channel, 0), bias)` (one image,
+graphs. So here, for `Conv(DQ(xq, s, z), DQ(wq, s_w per output channel), bias)` (one image,
 2-D, no groups or dilation):
 
     xq (int8 NCHW) → Transpose to NHWC → rows (h·w, c) + one row of the zero point z
@@ -14,6 +14,15 @@ graphs. So here, for `Conv(DQ(xq, s, z), DQ(wq, s_w per output channel, 0), bias
         which dequantizes to 0) → (pixels, kh·kw·c) → DequantizeLinear(s, z)
     MatMul with DequantizeLinear(wq as (kh·kw·cin, cout), s_w on axis 1) → + bias
       → (1, oh, ow, cout) → Transpose to NCHW
+
+The gather moves whole 4- or 8-byte words (channels padded to 4 with z, weights with 0, when
+the weights are symmetric): IREE copies a gathered row element by element, and byte by byte
+the gathers took longer than the matmuls (small CNN: ~100 µs against ~55). ONNX cannot view
+bytes as words, so an `EdgekitViewDtype` node (domain ai.edgekit) says so and the import
+makes it `torch.aten.view.dtype` (toolchain/torch_mlir.py); with_byte_gathers gives the plain
+ONNX form for torch-mlir's own conversion (the tosa/linalg lowerings). uint8 activations
+(onnxruntime's default) are gathered as int8 (the sign bit flipped: − 128, z too): data
+tiling's u8 × s8 matmuls ran ~3× slower than s8 × s8 (measured, same model).
 
 Each convolution's Transpose back to NCHW then moves past the per-tensor QuantizeLinear /
 DequantizeLinear / Relu after it (they commute with a transpose exactly) and cancels against
@@ -60,7 +69,7 @@ def int8_convs_as_matmul(model) -> tuple[object, int, int]:
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
-    read = {i for n in nodes for i in n.input}
+    read = {i for n in nodes for i in n.input} | _subgraph_reads(nodes)
     kept = [t for t in out.graph.initializer if t.name in read or
             t.name in {o.name for o in out.graph.output}]
     del out.graph.initializer[:]
@@ -317,9 +326,23 @@ def _without_identities(nodes: list) -> list:
     return nodes
 
 
+def _subgraph_reads(nodes) -> set[str]:
+    """Names the bodies of If/Loop/Scan nodes read (from the enclosing graph, perhaps)."""
+    from onnx import helper
+    reads = set()
+    for n in nodes:
+        for a in n.attribute:
+            value = helper.get_attribute_value(a)
+            for g in (value if isinstance(value, list) else [value]):
+                if hasattr(g, "node"):
+                    reads |= {i for m in g.node for i in m.input} | _subgraph_reads(g.node)
+    return reads
+
+
 def _live(nodes: list, model) -> list:
-    """The nodes whose outputs something reads (a graph output or a live node), in order."""
-    needed = {o.name for o in model.graph.output}
+    """The nodes whose outputs something reads (a graph output, a subgraph or a live node),
+    in order."""
+    needed = {o.name for o in model.graph.output} | _subgraph_reads(nodes)
     live = []
     for n in reversed(nodes):
         if any(o in needed for o in n.output):
