@@ -149,3 +149,18 @@ def test_a_qdq_cnn_builds_through_the_integer_matmuls_and_validates(tiny, tmp_pa
         x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
         got = np.asarray(module.main(x))
         assert np.abs(got - session.run(None, {"image": x})[0]).max() <= lsb * 1.001
+
+
+def test_the_rpi5_build_of_a_qdq_cnn_runs_its_convolutions_on_sdot(tiny, tmp_path):
+    from edgekit.api.inspect import kernels
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(f"name: tiny-qdq\nmodel: {{onnx: {tiny}}}\n")
+    bundle = build(BuildOptions(recipe=recipe, target="rpi5", out=tmp_path / "b",
+                                use_tuned=False)).bundle
+    assert "2 of 2 int8 convolutions as int8 im2col" in bundle.manifest.lowering.note
+    found = kernels(bundle.path)
+    matmuls = [d for d in found.dispatches if "matmul" in d.function]
+    assert len(matmuls) == 2 and not [d for d in found.dispatches if "conv" in d.function]
+    # each convolution's hot loop multiplies on integer dot products (estimates aside)
+    assert all(d.census.get("sdot", 0) for d in matmuls), [(d.function, d.census)
+                                                           for d in matmuls]
