@@ -67,17 +67,20 @@ def main() -> None:
         ort = timed["onnxruntime fp32"]["median_ms"]
         for key, t in timed.items():
             rows.append({"model": model, "runner": key, "ms": t["median_ms"],
+                         "spread_ms": t["spread_ms"],
                          "vs_ort_fp32": t["median_ms"] / ort,
                          "note": notes.get(key.split()[-1], "") if key.startswith("edgekit")
                          else ""})
         rows.append({"model": model, "runner": "module size int8 / fp32",
                      "ratio": notes["size QDQ"] / notes["size fp32"]})
-    print("\n| model | runner | ms | vs onnxruntime fp32 | note |\n|---|---|---|---|---|")
+    print("\n| model | runner | ms (round spread) | vs onnxruntime fp32 | note |\n"
+          "|---|---|---|---|---|")
     for r in rows:
         if "ratio" in r:
             print(f"| {r['model']} | {r['runner']} | | {r['ratio']:.2f}× | |")
         else:
-            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} | {r['vs_ort_fp32']:.2f}× "
+            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} ({r['spread_ms']:.4f}) | "
+                  f"{r['vs_ort_fp32']:.2f}× "
                   f"| {r['note']} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
