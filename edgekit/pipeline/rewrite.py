@@ -118,7 +118,8 @@ def int8_as_matmul(program: torch.export.ExportedProgram, form: str, inner_tiled
 
     `u8` with the inner-tiled flag among the build's: the u8 form wherever it applies (the
     recipe asked for that path). `u8` alone (`host`'s int8 default): the u8 form only when
-    EVERY contraction of the program takes it — then `--iree-llvmcpu-enable-inner-tiled` is
+    EVERY contraction of the program takes it (a linear: from DEFAULT_MIN_ROWS rows, or one
+    row) — then `--iree-llvmcpu-enable-inner-tiled` is
     added, which puts u8 × s8 on VNNI's vpdpbusd; else the `on` form, without it (IREE 3.13's
     inner-tiled path fails on s8 matmuls with per-channel epilogues and on batch matmuls:
     pipeline/rewrite_int8_matmul.py)."""
@@ -126,9 +127,12 @@ def int8_as_matmul(program: torch.export.ExportedProgram, form: str, inner_tiled
     how = f"({PREFIX}int8-convs-as-matmul={form})"
     said: list[str] = []
     if form == "u8":
-        from edgekit.pipeline.rewrite_int8_matmul import contraction_forms, u8_linears
+        from edgekit.pipeline.rewrite_int8_matmul import (DEFAULT_MIN_ROWS, contraction_forms,
+                                                          u8_linears)
         candidate, rewritten, total = int8_convs_as_matmul(program, unsigned=True)
-        candidate, linears = u8_linears(candidate)
+        # by default not where it loses (a few rows); asked for, wherever it applies (the
+        # inner-tiled path fails on the s8 form's per-channel epilogues)
+        candidate, linears = u8_linears(candidate, 2 if inner_tiled else DEFAULT_MIN_ROWS)
         u8, others = contraction_forms(candidate)
         if inner_tiled or (u8 and not others):
             if total:

@@ -14,7 +14,8 @@ may the build turn the inner-tiled path on (pipeline/rewrite.py).
 
 Measured (transformer block, 16 rows, 1 thread, bench/dispatch_profile.py): the inner-tiled
 u8 linears run slower than the s8 × s8 mmt4d ukernels (16x192x64: 4.0 vs 1.8 µs fastest
-call; their zero-point columns add 16 to K = 64), and attention's matmuls have no u8 form
+call; their zero-point columns add 16 to K = 64) — so `host`'s default takes the u8 form of a
+linear only from DEFAULT_MIN_ROWS rows — and attention's matmuls have no u8 form
 (both operands carry zero points: the correction sums are the broadcasts the path fails on;
 unrolled per head or block-diagonal in exact f32 they cost 1.7-1.9× the module). So a model
 with a batch matmul keeps the `on` form.
@@ -38,8 +39,15 @@ def _bias(node):
     return node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
 
 
-def u8_linear_candidate(gm: torch.fx.GraphModule, node) -> bool:
-    """A linear the u8 form takes: int8 activations of more than one row (one row: the
+# Fewest rows for which `host`'s default takes the u8 form of a linear (pipeline/rewrite.py).
+# In process, 1 thread, a pre-norm MLP block (two linears, GELU, residual), int8 / its fp32:
+# 16 rows x 32 -> 64 -> 32: the `on` form 1.10x, u8 + inner-tiled 1.27x; 128 rows x 128 ->
+# 256 -> 128: `on` 1.13x, u8 1.05x (with the zero point's extra columns, a short K costs more).
+DEFAULT_MIN_ROWS = 64
+
+
+def u8_linear_candidate(gm: torch.fx.GraphModule, node, min_rows: int = 2) -> bool:
+    """A linear the u8 form takes: int8 activations of at least `min_rows` rows (one row: the
     two-row form of rewrite_int8), per-channel symmetric stored int8 weights, a stored bias."""
     q = _ops()
     if not (node.op == "call_function" and node.target is torch.ops.aten.linear.default):
@@ -51,7 +59,8 @@ def u8_linear_candidate(gm: torch.fx.GraphModule, node) -> bool:
             w.args[3] == 0 and getattr(w.args[0], "op", None) == "get_attr" and
             _zeros(gm, w.args[2]) and
             (bias is None or getattr(bias, "op", None) == "get_attr") and
-            shape is not None and shape.dim() >= 2 and math.prod(shape.shape[:-1]) > 1)
+            shape is not None and shape.dim() >= 2 and
+            math.prod(shape.shape[:-1]) >= max(min_rows, 2))
 
 
 def _rows_u8(gm: torch.fx.GraphModule, linear) -> None:
@@ -80,11 +89,12 @@ def _rows_u8(gm: torch.fx.GraphModule, linear) -> None:
     g.erase_node(linear)
 
 
-def u8_linears(program: torch.export.ExportedProgram
+def u8_linears(program: torch.export.ExportedProgram, min_rows: int = 2
                ) -> tuple[torch.export.ExportedProgram, int]:
-    """(the program with its int8 linears of many rows in the u8 form, how many)."""
+    """(the program with its int8 linears of at least `min_rows` rows in the u8 form, how
+    many)."""
     gm = program.module()
-    linears = [n for n in gm.graph.nodes if u8_linear_candidate(gm, n)]
+    linears = [n for n in gm.graph.nodes if u8_linear_candidate(gm, n, min_rows)]
     if not linears:
         return program, 0
     for node in linears:

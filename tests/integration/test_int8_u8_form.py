@@ -36,10 +36,11 @@ def test_u8_linears_compute_what_the_int8_form_does_bit_for_bit(write_recipe, tm
     plain = tmp_path / "host-plain.yaml"
     plain.write_text("extends: host\nquantize_flags: {int8: []}\n")
     bundles = {}
-    for form in ("on", "u8"):
+    for form, own in (("on", ""), ("u8", f", {INNER_TILED}")):
+        # 16 rows: below the default's DEFAULT_MIN_ROWS, so the recipe asks for the path
         path = write_recipe(MLP + f"compile: {{flags: [--edgekit-int8-convs-as-matmul={form}, "
-                                  "--iree-opt-data-tiling, --iree-llvmcpu-enable-ukernels=all]}\n",
-                            f"{form}.yaml")
+                                  "--iree-opt-data-tiling, --iree-llvmcpu-enable-ukernels=all"
+                                  f"{own}]}}\n", f"{form}.yaml")
         bundles[form] = build(BuildOptions(recipe=path, target=str(plain), out=tmp_path / form,
                                            use_tuned=False)).bundle
     u8, on = bundles["u8"].manifest, bundles["on"].manifest
@@ -62,11 +63,17 @@ def test_u8_linears_compute_what_the_int8_form_does_bit_for_bit(write_recipe, tm
 def test_u8_only_when_every_contraction_takes_it(write_recipe):
     from edgekit.pipeline.rewrite import int8_as_matmul
     from edgekit.pipeline.rewrite_int8_matmul import contraction_forms
-    # convolutions and a one-row head, or linears alone: every contraction u8 x s8
-    for text, count in ((CNN, 5), (MLP, 2)):
-        program, notes, flags = int8_as_matmul(_quantized(write_recipe, text), "u8", False)
-        assert flags == (INNER_TILED,), notes
-        assert contraction_forms(program) == (count, [])
+    # convolutions and a one-row head: every contraction u8 x s8, the inner-tiled path added
+    program, notes, flags = int8_as_matmul(_quantized(write_recipe, CNN), "u8", False)
+    assert flags == (INNER_TILED,), notes
+    assert contraction_forms(program) == (5, [])
+    # linears of 16 rows (fewer than DEFAULT_MIN_ROWS: slower as u8): the s8 form
+    mlp = _quantized(write_recipe, MLP)
+    program, notes, flags = int8_as_matmul(mlp, "u8", False)
+    assert flags == () and contraction_forms(program) == (0, ["aten.linear.default"] * 2), notes
+    # ... unless the recipe asks for the inner-tiled path itself
+    program, notes, flags = int8_as_matmul(mlp, "u8", True)
+    assert flags == () and contraction_forms(program) == (2, []), notes
     # attention: its two batch matmuls have no u8 form, so none does and no inner-tiled path
     # (IREE 3.13 fails on the s8 linears' per-channel epilogues and on batch matmuls there)
     program, notes, flags = int8_as_matmul(_quantized(write_recipe, ATTENTION), "u8", False)
@@ -86,5 +93,6 @@ def test_host_int8_attention_builds_without_the_inner_tiled_path(write_recipe, t
                                 out=tmp_path / "b", use_tuned=False)).bundle
     m = bundle.manifest
     assert INNER_TILED not in m.compile_flags
-    assert "the u8 form not taken: 2 of 4 contractions" in m.lowering.note, m.lowering.note
+    assert "the u8 form not taken: 4 of 4 contractions" in m.lowering.note, m.lowering.note
+    assert "aten.matmul.default" in m.lowering.note
     assert validate_local(bundle.path).ok
