@@ -55,7 +55,7 @@ FLAG_SETS = {
                                             "--iree-llvmcpu-enable-inner-tiled",
                                             "--iree-llvmcpu-enable-ukernels=all"],
 }
-INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
+INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x", "kws_mlp": "mfcc"}
 MODES = ("fp32", "int8", "fp16")
 
 

@@ -17,8 +17,10 @@ u8 linears run slower than the s8 × s8 mmt4d ukernels (16x192x64: 4.0 vs 1.8 µ
 call; their zero-point columns add 16 to K = 64) — so `host`'s default takes the u8 form of a
 linear only from DEFAULT_MIN_ROWS rows — and attention's matmuls have no u8 form
 (both operands carry zero points: the correction sums are the broadcasts the path fails on;
-unrolled per head or block-diagonal in exact f32 they cost 1.7-1.9× the module). So a model
-with a batch matmul keeps the `on` form.
+with the linears as u8 and attention in exact f32, unrolled per head or as one block-diagonal
+matmul, the module took 1.7-1.9× its fp32 build). So a model with a batch matmul keeps the
+`on` form (1.15× its fp32 there: its contractions are faster than fp32's, the activations'
+quantize steps cost more — attention kept float would make it 1.05×).
 """
 
 from __future__ import annotations
