@@ -4,13 +4,14 @@ whole program took it (issue 37).
 x86 with AVX-512 VNNI runs u8 × s8 products on `vpdpbusd` (64 an instruction) only through
 IREE 3.13's inner-tiled data tiling (`--iree-llvmcpu-enable-inner-tiled`), which fails on
 matvecs, on epilogues that broadcast a vector into the matmul's dispatch (a PT2E linear's
-per-channel weight scale), on linears of 3-D activations, and on every batch matmul (int8 or
-f32: attention's q·kᵀ and p·v). So a linear of int8 activations (per tensor, a number zero
-point) and stored symmetric per-channel int8 weights takes `_u8_linear` on its rows flattened
-to 2-D (activation as uint8, sign flipped; per-tensor matmul; the per-channel scale and bias
-as rows × cout constants; the zero point cancelled inside the integer sum by extra columns),
-and `all_u8` says whether every contraction of a program is such a u8 × s8 linear: only then
-may the build turn the inner-tiled path on (pipeline/rewrite.py).
+per-channel weight scale), on a linear of 3-D activations (the f32 transformer block's proj)
+and on every batch matmul (int8 or f32: attention's q·kᵀ and p·v). So a linear of int8
+activations (per tensor, a number zero point) and stored symmetric per-channel int8 weights
+takes `_u8_linear` on its rows flattened to 2-D (activation as uint8, sign flipped;
+per-tensor matmul; the per-channel scale and bias as rows × cout constants; the zero point
+cancelled inside the integer sum by extra columns), and `contraction_forms` says whether
+every contraction of a program is such a u8 × s8 linear: only then may the build turn the
+inner-tiled path on (pipeline/rewrite.py).
 
 Measured (transformer block, 16 rows, 1 thread, bench/dispatch_profile.py): the inner-tiled
 u8 linears run slower than the s8 × s8 mmt4d ukernels (16x192x64: 4.0 vs 1.8 µs fastest
