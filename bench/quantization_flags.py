@@ -45,13 +45,17 @@ FLAG_SETS = {
     "int8-convs-as-matmul+data-tiling+ukernels": ["--edgekit-int8-convs-as-matmul=on",
                                                   "--iree-opt-data-tiling",
                                                   "--iree-llvmcpu-enable-ukernels=all"],
+    # host's int8 default: u8 + the inner-tiled path (added by the build) only when every
+    # contraction takes the u8 form, else the `on` form (pipeline/rewrite.py: int8_as_matmul)
+    "host-int8-default": ["--edgekit-int8-convs-as-matmul=u8", "--iree-opt-data-tiling",
+                          "--iree-llvmcpu-enable-ukernels=all"],
     # u8 × s8 matmuls on IREE's inner-tiled data tiling: vpdpbusd (pipeline/rewrite_int8.py)
     "int8-convs-as-u8-matmul+inner-tiled": ["--edgekit-int8-convs-as-matmul=u8",
                                             "--iree-opt-data-tiling",
                                             "--iree-llvmcpu-enable-inner-tiled",
                                             "--iree-llvmcpu-enable-ukernels=all"],
 }
-INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
+INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x", "kws_mlp": "mfcc"}
 MODES = ("fp32", "int8", "fp16")
 
 
@@ -97,7 +101,7 @@ def main() -> None:
         for mode in args.modes.split(","):
             for name in args.sets.split(","):
                 flags = FLAG_SETS[name]
-                if name.startswith("int8-") and mode != "int8":
+                if "int8" in name and mode != "int8":
                     continue
                 key = f"{mode} {name}"
                 try:

@@ -249,3 +249,7 @@ def small_cnn_calibration():
 
 def transformer_block_calibration():
     return _calibration((1, 16, 64))
+
+
+def kws_mlp_calibration():
+    return _calibration((1, 49, 10))

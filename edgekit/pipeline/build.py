@@ -85,7 +85,30 @@ def rewrite_flags(ctx: BackContext, exported: ExportedModel) -> tuple[str, ...]:
     mode = exported.quantization.mode if exported.quantization else None
     own = tuple(f for f in ctx.target.quantize_flags.get(mode, ()) if f.startswith(PREFIX)) \
         if mode else ()
+    if U8 in own and not vnni(ctx.target):
+        # the u8 form is for x86's u8 × s8 VNNI (`host` on a machine without it: the s8 form)
+        own = tuple(f"{PREFIX}int8-convs-as-matmul=on" if f == U8 else f for f in own)
     return (*own, *ctx.flags)
+
+
+U8 = f"{PREFIX}int8-convs-as-matmul=u8"
+
+
+def vnni(target: Target) -> bool:
+    """Whether the target's CPU has AVX-512 VNNI (`host`: this machine's, from
+    /proc/cpuinfo; otherwise the profile's CPU features)."""
+    cpu = target.cpu
+    if cpu is None:
+        return False
+    if cpu.cpu == "host" and cpu.triple is None:
+        try:
+            info = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return False
+        flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
+                      if line.startswith("flags")), [])
+        return "avx512_vnni" in flags
+    return "+avx512vnni" in cpu.features.split(",")
 
 
 check_plan(FRONT, Recipe, ExportedModel)

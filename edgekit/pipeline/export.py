@@ -50,6 +50,9 @@ class ExportedModel(Generic[G]):
     folded: tuple[tuple[str, np.ndarray], ...] = ()
     # per output: eager float32's max abs error against float64 goldens (reference: float64)
     float32_error: tuple[float, ...] = ()
+    # iree-compile flags a rewrite's form needs (the int8 u8 form: the inner-tiled data tiling),
+    # before the recipe's own
+    compile_flags: tuple[str, ...] = ()
 
 
 def with_signature(frontend: Frontend[G], program: G, digest: str, names: tuple[str, ...],

@@ -138,6 +138,7 @@ def lower_and_compile(imported: ImportedModule, target: Target, requested: str,
     back on failure, with `first` = (lowering, why) tried first); `extra_flags` come after the
     profile's flags."""
     attempts: list[LoweringAttempt] = []
+    extra_flags = (*imported.exported.compile_flags, *extra_flags)   # the recipe's win
     quantization = imported.exported.quantization
     mode = quantization.mode if quantization else None
     order, note = lowering_order(requested, target, mode), ""

@@ -31,7 +31,9 @@ MobileNetV2-like (AVX-512, 1 thread, HAL profile, without data tiling): its expa
 convolution's weight and bias (w·γ/√(σ²+ε), (b−μ)·γ/√(σ²+ε)+β), so no per-channel scale and
 shift is left to compute at run time.
 
-`--edgekit-int8-convs-as-matmul=on` (int8 builds only): pipeline/rewrite_int8.py.
+`--edgekit-int8-convs-as-matmul=on|u8` (int8 builds only): pipeline/rewrite_int8.py; `u8`
+without IREE's inner-tiled flag takes the u8 form only where every contraction does, and then
+adds that flag (int8_as_matmul; the contraction census: pipeline/rewrite_int8_matmul.py).
 
 `--edgekit-softmax-by-columns=N`: a last-dimension softmax with at least N rows computed over
 its transpose (pipeline/rewrite_softmax.py says why and what it measured).
@@ -84,12 +86,11 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
         notes.append(f"{rewritten} of {before} convolutions as im2col + matmul ({how})")
     quantized = exported.quantization is not None and exported.quantization.mode == "int8"
     as_matmul = options.get("int8-convs-as-matmul")
+    compile_flags: tuple[str, ...] = ()
     if as_matmul in ("on", "u8") and quantized:
-        from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
-        program, rewritten, total = int8_convs_as_matmul(program, unsigned=as_matmul == "u8")
-        if total:                     # a model without convolutions: nothing to say
-            notes.append(f"{rewritten} of {total} int8 convolutions as int8 im2col + "
-                         f"integer matmul ({PREFIX}int8-convs-as-matmul={as_matmul})")
+        program, said, compile_flags = int8_as_matmul(program, str(as_matmul),
+                                                      INNER_TILED in flags)
+        notes.extend(said)
     min_rows = options.get("softmax-by-columns")
     if min_rows is not None:
         softmax = {torch.ops.aten.softmax.int: softmax_by_columns(min_rows)}
@@ -104,7 +105,54 @@ def rewrite_graph(exported: ExportedModel[torch.export.ExportedProgram],
         notes.extend(legalised)
     if not notes:
         return exported
-    return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, *notes))
+    return dataclasses.replace(exported, program=program, rewrites=(*exported.rewrites, *notes),
+                               compile_flags=(*exported.compile_flags, *compile_flags))
+
+
+INNER_TILED = "--iree-llvmcpu-enable-inner-tiled"
+
+
+def int8_as_matmul(program: torch.export.ExportedProgram, form: str, inner_tiled: bool
+                   ) -> tuple[torch.export.ExportedProgram, list[str], tuple[str, ...]]:
+    """(program, notes, compile flags it needs) for `--edgekit-int8-convs-as-matmul=FORM`.
+
+    `u8` with the inner-tiled flag among the build's: the u8 form wherever it applies (the
+    recipe asked for that path). `u8` alone (`host`'s int8 default): the u8 form only when
+    EVERY contraction of the program takes it (a linear: from DEFAULT_MIN_ROWS rows, or one
+    row) — then `--iree-llvmcpu-enable-inner-tiled` is
+    added, which puts u8 × s8 on VNNI's vpdpbusd; else the `on` form, without it (IREE 3.13's
+    inner-tiled path fails on s8 matmuls with per-channel epilogues and on batch matmuls:
+    pipeline/rewrite_int8_matmul.py)."""
+    from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
+    how = f"({PREFIX}int8-convs-as-matmul={form})"
+    said: list[str] = []
+    if form == "u8":
+        from edgekit.pipeline.rewrite_int8_matmul import (DEFAULT_MIN_ROWS, contraction_forms,
+                                                          u8_linears)
+        candidate, rewritten, total = int8_convs_as_matmul(program, unsigned=True)
+        # by default not where it loses (a few rows); asked for, wherever it applies (the
+        # inner-tiled path fails on the s8 form's per-channel epilogues)
+        candidate, linears = u8_linears(candidate, 2 if inner_tiled else DEFAULT_MIN_ROWS)
+        u8, others = contraction_forms(candidate)
+        if inner_tiled or (u8 and not others):
+            if total:
+                said.append(f"{rewritten} of {total} int8 convolutions as int8 im2col + "
+                            f"integer matmul {how}")
+            if linears:
+                said.append(f"{linears} int8 linears as u8 × s8 matmuls {how}")
+            if inner_tiled:
+                return candidate, said, ()
+            said.append(f"all {u8} contractions u8 × s8: {INNER_TILED} added")
+            return candidate, said, (INNER_TILED,)
+        kinds = ", ".join(sorted(set(others)))
+        said.append(f"the u8 form not taken: {len(others)} of {u8 + len(others)} contractions "
+                    f"have none ({kinds}); the s8 form (=on), without {INNER_TILED}")
+        form = "on"
+    program, rewritten, total = int8_convs_as_matmul(program)
+    if total:                     # a model without convolutions: nothing to say
+        said.insert(0, f"{rewritten} of {total} int8 convolutions as int8 im2col + integer "
+                       f"matmul ({PREFIX}int8-convs-as-matmul={form})")
+    return program, said, ()
 
 
 @dataclass(frozen=True)
