@@ -6,10 +6,14 @@ For each in-tree model (small CNN, transformer block): export fp32 ONNX, quantiz
 onnxruntime's quantize_static (QDQ, per-channel int8 weights, int8 activations), build both
 with edgekit for `host` (the QDQ build takes IREE's ONNX input; its contractions are checked
 integer), then time onnxruntime fp32, onnxruntime QDQ (optimized: its int8 kernels), IREE fp32
-and IREE int8 in ONE process, interleaved.
+and IREE int8 in ONE process, interleaved. With `--pt2e SET` (a flag set of
+bench/quantization_flags.py), also the PyTorch model quantized by edgekit (PT2E, calibrated)
+and built with that set: the int8 path edgekit's own rewrites reach (the ONNX QDQ build does
+not go through them).
 
     python bench/onnx_qdq.py
     python bench/onnx_qdq.py --models small_cnn --json out.json
+    python bench/onnx_qdq.py --models small_cnn --pt2e int8-convs-as-u8-matmul+global-data-tiling
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from host_latency import iree_runner, ort_model_runner, time_interleaved  # noqa
 from edgekit.examples import models as examples  # noqa: E402
 from edgekit.examples.onnx_quantized import export_quantized  # noqa: E402
 from edgekit.api.build import BuildOptions, build  # noqa: E402
+from edgekit.errors import EdgekitError  # noqa: E402
 
 INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
 
@@ -41,6 +46,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per model")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--pt2e", metavar="SET", help="also edgekit's PT2E int8 build with this "
+                                                      "flag set of bench/quantization_flags.py")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="edgekit-qdq-bench-"))
     rows = []
@@ -63,22 +70,41 @@ def main() -> None:
                            else f"lowering {bundle.manifest.lowering.used}")
             runners[f"edgekit {form}"] = iree_runner(bundle.module, inputs, 1)
             notes[f"size {form}"] = bundle.module.stat().st_size
+        if args.pt2e:
+            from quantization_flags import FLAG_SETS, recipe_for
+            profile = work / "host-plain.yaml"
+            profile.write_text("extends: host\nquantize_flags: {int8: []}\n")
+            try:
+                bundle = build(BuildOptions(
+                    recipe=recipe_for(model, "int8", FLAG_SETS[args.pt2e], work),
+                    target=str(profile), out=work / "b" / "pt2e", use_tuned=False)).bundle
+                runners["edgekit PT2E"] = iree_runner(bundle.module, inputs, 1)
+                q = bundle.manifest.quantization
+                notes["PT2E"] = (f"{args.pt2e}; {q.contractions.integer}/"
+                                 f"{q.contractions.total} integer")
+            except EdgekitError as exc:
+                print(f"{model}: PT2E int8 with {args.pt2e} refused: "
+                      f"{exc.what.strip().splitlines()[0][:160]}")
         timed = time_interleaved(runners, args.rounds, args.budget)
         ort = timed["onnxruntime fp32"]["median_ms"]
         for key, t in timed.items():
             rows.append({"model": model, "runner": key, "ms": t["median_ms"],
-                         "vs_ort_fp32": t["median_ms"] / ort,
+                         "spread_ms": t["spread_ms"], "vs_ort_fp32": t["median_ms"] / ort,
+                         "vs_ort_qdq": t["median_ms"] / timed["onnxruntime QDQ"]["median_ms"],
+                         "vs_edgekit_fp32": t["median_ms"] / timed["edgekit fp32"]["median_ms"],
                          "note": notes.get(key.split()[-1], "") if key.startswith("edgekit")
                          else ""})
         rows.append({"model": model, "runner": "module size int8 / fp32",
                      "ratio": notes["size QDQ"] / notes["size fp32"]})
-    print("\n| model | runner | ms | vs onnxruntime fp32 | note |\n|---|---|---|---|---|")
+    print("\n| model | runner | ms (round spread) | vs onnxruntime fp32 | vs onnxruntime QDQ | "
+          "vs edgekit fp32 | note |\n|---|---|---|---|---|---|---|")
     for r in rows:
         if "ratio" in r:
-            print(f"| {r['model']} | {r['runner']} | | {r['ratio']:.2f}× | |")
+            print(f"| {r['model']} | {r['runner']} | | {r['ratio']:.2f}× | | | |")
         else:
-            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} | {r['vs_ort_fp32']:.2f}× "
-                  f"| {r['note']} |")
+            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} ({r['spread_ms']:.4f}) | "
+                  f"{r['vs_ort_fp32']:.2f}× | {r['vs_ort_qdq']:.2f}× | "
+                  f"{r['vs_edgekit_fp32']:.2f}× | {r['note']} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
