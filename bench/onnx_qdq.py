@@ -46,6 +46,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per model")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--per-call", action="store_true",
+                        help="each round's median call, not its mean (robust to preemption on a "
+                             "loaded machine)")
     parser.add_argument("--pt2e", metavar="SET", help="also edgekit's PT2E int8 build with this "
                                                       "flag set of bench/quantization_flags.py")
     args = parser.parse_args()
@@ -85,7 +88,7 @@ def main() -> None:
             except EdgekitError as exc:
                 print(f"{model}: PT2E int8 with {args.pt2e} refused: "
                       f"{exc.what.strip().splitlines()[0][:160]}")
-        timed = time_interleaved(runners, args.rounds, args.budget)
+        timed = time_interleaved(runners, args.rounds, args.budget, args.per_call)
         ort = timed["onnxruntime fp32"]["median_ms"]
         for key, t in timed.items():
             rows.append({"model": model, "runner": key, "ms": t["median_ms"],
