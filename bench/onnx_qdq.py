@@ -18,9 +18,9 @@ not go through them).
 Small CNN, that command with `--per-call` (1 thread, load ~8 on 2 cores, median of round
 medians, spread in brackets): onnxruntime fp32 0.0680 ms (0.0050), onnxruntime QDQ 0.0441
 (0.0036); edgekit's PT2E int8 (`u8` + global data tiling) 0.0698 (0.0060) = 1.59× onnxruntime's
-QDQ, 1.03× its fp32. The ONNX builds are host's untuned defaults: fp32 0.2698 (3.97×: direct
-convolutions without data tiling), QDQ 1.2941 (19.0×: IREE's direct int8 convolutions; the
-QDQ model does not go through edgekit's int8 rewrites).
+QDQ, 1.03× onnxruntime fp32. The ONNX builds are host's untuned defaults (torch lowering): fp32
+0.2698 (3.97×), QDQ 1.2941 (19.0×; the QDQ model does not go through edgekit's int8 rewrites,
+which work on the PT2E graph).
 """
 
 from __future__ import annotations
