@@ -393,7 +393,9 @@ def _fast_quantize(gm: torch.fx.GraphModule) -> int:
         if not _is(node, q.quantize_per_tensor.default):
             continue
         x, scale, zp, qmin, qmax, dtype = node.args[:6]
-        if not (isinstance(scale, float) and isinstance(zp, int)):
+        # exact while the clamped range stays within ±2²² (8- and 16-bit types)
+        if not (isinstance(scale, float) and isinstance(zp, int) and
+                max(abs(qmin - zp), abs(qmax - zp)) < 2 ** 22):
             continue
         call = g.call_function
         with g.inserting_before(node):

@@ -66,3 +66,8 @@ def test_the_fast_quantize_is_pytorchs_quantize_bit_for_bit():
         assert "quantize_per_tensor" not in gm.code
         got = gm(x)
         assert got.dtype == dtype and torch.equal(got, expected), (zp, (got != expected).sum())
+    # int32: past 2²² the trick would not round, so the op stays
+    graph = torch.fx.Graph()
+    graph.output(graph.call_function(q.quantize_per_tensor.default, (
+        graph.placeholder("x"), scale, 0, -2 ** 31, 2 ** 31 - 1, torch.int32)))
+    assert _fast_quantize(torch.fx.GraphModule(torch.nn.Module(), graph)) == 0
