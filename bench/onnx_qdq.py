@@ -6,10 +6,21 @@ For each in-tree model (small CNN, transformer block): export fp32 ONNX, quantiz
 onnxruntime's quantize_static (QDQ, per-channel int8 weights, int8 activations), build both
 with edgekit for `host` (the QDQ build takes IREE's ONNX input; its contractions are checked
 integer), then time onnxruntime fp32, onnxruntime QDQ (optimized: its int8 kernels), IREE fp32
-and IREE int8 in ONE process, interleaved.
+and IREE int8 in ONE process, interleaved. With `--pt2e SET` (a flag set of
+bench/quantization_flags.py), also the PyTorch model quantized by edgekit (PT2E, calibrated)
+and built with that set (the ONNX QDQ build takes frontends/onnx_int8.py's rewrite, the `on`
+form; the PT2E build can take the `u8` forms).
 
     python bench/onnx_qdq.py
     python bench/onnx_qdq.py --models small_cnn --json out.json
+    python bench/onnx_qdq.py --models small_cnn --pt2e int8-convs-as-u8-matmul+global-data-tiling
+
+Small CNN, that command with `--per-call` (1 thread, load ~8 on 2 cores, median of round
+medians, spread in brackets): onnxruntime fp32 0.0680 ms (0.0050), onnxruntime QDQ 0.0441
+(0.0036); edgekit's PT2E int8 (`u8` + global data tiling) 0.0698 (0.0060) = 1.59× onnxruntime's
+QDQ, 1.03× onnxruntime fp32. The ONNX builds are host's untuned defaults (torch lowering): fp32
+0.2698 (3.97×), QDQ 1.2941 (19.0×; that run predates the ONNX QDQ convolutions' rewrite into
+integer matmuls, frontends/onnx_int8.py — the run below has it).
 
 A run (`nice python3 bench/onnx_qdq.py --rounds 11 --per-call`, AVX-512 VNNI host, 1 thread,
 load 11 on 2 cores; round spreads 7–14 %): small CNN — onnxruntime fp32 0.069 ms, onnxruntime
@@ -41,6 +52,7 @@ from host_latency import iree_runner, ort_model_runner, time_interleaved  # noqa
 from edgekit.examples import models as examples  # noqa: E402
 from edgekit.examples.onnx_quantized import export_quantized  # noqa: E402
 from edgekit.api.build import BuildOptions, build  # noqa: E402
+from edgekit.errors import EdgekitError  # noqa: E402
 
 INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x"}
 
@@ -50,9 +62,12 @@ def main() -> None:
     parser.add_argument("--models", default="small_cnn,transformer_block")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--budget", type=float, default=8.0, help="seconds of timing per model")
-    parser.add_argument("--per-call", action="store_true",
-                        help="each round's median call, not its mean (a loaded machine)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--per-call", action="store_true",
+                        help="each round's median call, not its mean (robust to preemption on a "
+                             "loaded machine)")
+    parser.add_argument("--pt2e", metavar="SET", help="also edgekit's PT2E int8 build with this "
+                                                      "flag set of bench/quantization_flags.py")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="edgekit-qdq-bench-"))
     rows = []
@@ -78,32 +93,41 @@ def main() -> None:
                            else f"lowering {bundle.manifest.lowering.used}")
             runners[f"edgekit {form}"] = iree_runner(bundle.module, inputs, 1)
             notes[f"size {form}"] = bundle.module.stat().st_size
-        timed = time_interleaved(runners, args.rounds, args.budget, per_call=args.per_call)
+        if args.pt2e:
+            from quantization_flags import FLAG_SETS, recipe_for
+            profile = work / "host-plain.yaml"
+            profile.write_text("extends: host\nquantize_flags: {int8: []}\n")
+            try:
+                bundle = build(BuildOptions(
+                    recipe=recipe_for(model, "int8", FLAG_SETS[args.pt2e], work),
+                    target=str(profile), out=work / "b" / "pt2e", use_tuned=False)).bundle
+                runners["edgekit PT2E"] = iree_runner(bundle.module, inputs, 1)
+                q = bundle.manifest.quantization
+                notes["PT2E"] = (f"{args.pt2e}; {q.contractions.integer}/"
+                                 f"{q.contractions.total} integer")
+            except EdgekitError as exc:
+                print(f"{model}: PT2E int8 with {args.pt2e} refused: "
+                      f"{exc.what.strip().splitlines()[0][:160]}")
+        timed = time_interleaved(runners, args.rounds, args.budget, args.per_call)
         ort = timed["onnxruntime fp32"]["median_ms"]
         for key, t in timed.items():
             rows.append({"model": model, "runner": key, "ms": t["median_ms"],
-                         "spread": t["spread_ms"] / t["median_ms"],
-                         "vs_ort_fp32": t["median_ms"] / ort,
+                         "spread_ms": t["spread_ms"], "vs_ort_fp32": t["median_ms"] / ort,
+                         "vs_ort_qdq": t["median_ms"] / timed["onnxruntime QDQ"]["median_ms"],
+                         "vs_edgekit_fp32": t["median_ms"] / timed["edgekit fp32"]["median_ms"],
                          "note": notes.get(key.split()[-1], "") if key.startswith("edgekit")
                          else ""})
-        rows.append({"model": model, "runner": "edgekit QDQ / onnxruntime QDQ",
-                     "ratio": timed["edgekit QDQ"]["median_ms"] /
-                     timed["onnxruntime QDQ"]["median_ms"]})
-        rows.append({"model": model, "runner": "edgekit QDQ / edgekit fp32",
-                     "ratio": timed["edgekit QDQ"]["median_ms"] /
-                     timed["edgekit fp32"]["median_ms"]})
         rows.append({"model": model, "runner": "module size int8 / fp32",
                      "ratio": notes["size QDQ"] / notes["size fp32"]})
-    print(f"\n{args.rounds} interleaved rounds, 1 thread; spread = (slowest − fastest round) / "
-          "median")
-    print("\n| model | runner | ms | spread | vs onnxruntime fp32 | note |\n"
-          "|---|---|---|---|---|---|")
+    print("\n| model | runner | ms (round spread) | vs onnxruntime fp32 | vs onnxruntime QDQ | "
+          "vs edgekit fp32 | note |\n|---|---|---|---|---|---|---|")
     for r in rows:
         if "ratio" in r:
-            print(f"| {r['model']} | {r['runner']} | | | {r['ratio']:.2f}× | |")
+            print(f"| {r['model']} | {r['runner']} | | {r['ratio']:.2f}× | | | |")
         else:
-            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} | {r['spread']:.0%} "
-                  f"| {r['vs_ort_fp32']:.2f}× | {r['note']} |")
+            print(f"| {r['model']} | {r['runner']} | {r['ms']:.4f} ({r['spread_ms']:.4f}) | "
+                  f"{r['vs_ort_fp32']:.2f}× | {r['vs_ort_qdq']:.2f}× | "
+                  f"{r['vs_edgekit_fp32']:.2f}× | {r['note']} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

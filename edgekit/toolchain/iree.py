@@ -199,6 +199,8 @@ _NAMED_CONTRACTION = re.compile(
     r"(?:batch_)?mmt4d|contract|dot|matvec|vecmat|batch_matvec|batch_vecmat)$")
 _LINALG_OP = re.compile(r"(linalg\.\w+)")
 _INS = re.compile(r"\bins\(([^)]*)\)")
+_INNER_TILED = re.compile(r"\biree_codegen\.inner_tiled ins\(.*\s:\s(tensor<[^>]*>,\s*"
+                          r"tensor<[^>]*>) into tensor<")
 _TENSOR_ELEMENT = re.compile(r"tensor<([^,>]*)")
 
 
@@ -206,6 +208,12 @@ def contraction_element_types(mlir_text: str) -> list[tuple[str, tuple[str, ...]
     """(op, element types of its tensor inputs) for every contraction in printed MLIR."""
     found = []
     for line in mlir_text.splitlines():
+        tiled = _INNER_TILED.search(line)
+        if tiled:       # data tiling on IREE's global-optimization path: operand types last
+            found.append(("iree_codegen.inner_tiled",
+                          tuple(t.split("x")[-1] for t in
+                                _TENSOR_ELEMENT.findall(tiled.group(1))[:2])))
+            continue
         op, ins = _LINALG_OP.search(line), _INS.search(line)
         if not (op and ins):
             continue

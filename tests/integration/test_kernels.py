@@ -110,27 +110,31 @@ def test_the_u8_form_runs_on_vpdpbusd_and_computes_what_the_int8_form_does(write
     plain = tmp_path / "host-plain.yaml"
     plain.write_text("extends: host\nquantize_flags: {int8: []}\n")
     bundles = {}
-    for form, flags in (("on", "--iree-opt-data-tiling"),
-                        ("u8", "--iree-opt-data-tiling, --iree-llvmcpu-enable-inner-tiled, "
-                               "--iree-llvmcpu-enable-ukernels=all")):
+    tiled = "--iree-llvmcpu-enable-inner-tiled, --iree-llvmcpu-enable-ukernels=all"
+    # u8 on both of IREE's data-tiling paths (bench/quantization_flags.py times them)
+    for name, form, flags in (("on", "on", "--iree-opt-data-tiling"),
+                              ("u8", "u8", f"--iree-opt-data-tiling, {tiled}"),
+                              ("u8-global", "u8", f"--iree-global-opt-data-tiling, {tiled}")):
         path = write_recipe(INT8 + f"compile: {{flags: [--edgekit-int8-convs-as-matmul={form}, "
-                                   f"{flags}]}}\n", f"{form}.yaml")
-        bundles[form] = build(BuildOptions(recipe=path, target=str(plain), out=tmp_path / form,
+                                   f"{flags}]}}\n", f"{name}.yaml")
+        bundles[name] = build(BuildOptions(recipe=path, target=str(plain), out=tmp_path / name,
                                            use_tuned=False)).bundle
-    u8 = bundles["u8"]
-    assert "4 of 4 int8 convolutions" in u8.manifest.lowering.note
-    assert u8.manifest.quantization.contractions.integer == 5        # 4 convolutions + head
-    assert validate_local(u8.path).ok
-    census = kernels(u8.path).dispatches
-    assert any(d.census.get("vnni vpdpbusd") for d in census), \
-        [(d.function, d.census) for d in census]
+    for name in ("u8", "u8-global"):
+        u8 = bundles[name]
+        assert "4 of 4 int8 convolutions" in u8.manifest.lowering.note
+        assert u8.manifest.quantization.contractions.integer == 5    # 4 convolutions + head
+        assert validate_local(u8.path).ok
+        census = kernels(u8.path).dispatches
+        assert any(d.census.get("vnni vpdpbusd") for d in census), \
+            [(name, d.function, d.census) for d in census]
     modules = {k: load_vm_flatbuffer_file(str(b.module), driver="local-sync")
                for k, b in bundles.items()}
     rng = np.random.default_rng(5)
     for scale in (0.5, 1.0, 3.0):
         x = (rng.standard_normal((1, 3, 32, 32)) * scale).astype(np.float32)
-        assert np.array_equal(np.asarray(modules["u8"].main(x)),
-                              np.asarray(modules["on"].main(x)))
+        for name in ("u8", "u8-global"):
+            assert np.array_equal(np.asarray(modules[name].main(x)),
+                                  np.asarray(modules["on"].main(x))), name
 
 
 def test_the_u8_form_is_the_quantized_model_up_to_float_rounding(write_recipe):
@@ -148,6 +152,8 @@ def test_the_u8_form_is_the_quantized_model_up_to_float_rounding(write_recipe):
     assert (count, total) == (4, 4)
     targets = [str(n.target) for n in rewritten.graph.nodes]
     assert "aten.conv2d.default" not in targets and "aten.bitwise_xor.Tensor" in targets
+    # requantization as multiply, clamp and round by ±1.5·2²³ (PyTorch's own formula)
+    assert "quantized_decomposed.quantize_per_tensor.default" not in targets, targets
     # no NCHW permute between convolutions: the input's and the mean's are left (the weights
     # are stored rearranged)
     assert targets.count("aten.permute.default") == 2, targets

@@ -33,6 +33,18 @@ def test_the_census_counts_two_input_contractions_by_element_type():
     assert census.examples == ("linalg.matmul f32×f32", "linalg.batch_matmul f16×f16")
 
 
+def test_the_census_reads_data_tiled_contractions_of_the_global_optimization_path():
+    # `--iree-global-opt-data-tiling` + inner-tiled: the matmul is already an inner_tiled op
+    line = ("%21 = iree_codegen.inner_tiled ins(%e, %__hoisted_tensor_1x11x16x4xi8) outs(%20) "
+            "<indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>], kind = "
+            "#iree_cpu.data_tiled_mma_layout<intrinsic = MMA_X86_AVX512VNNI_1x16x4_I32_UI8_I8, "
+            "intrinsics_m = 29>, semantics = #iree_cpu.mma_semantics<>> : "
+            "tensor<9x11x29x1x4xi8>, tensor<1x11x16x4xi8> into tensor<9x1x29x1x16xi32>")
+    f32 = line.replace("xi8>", "xf32>").replace("%21", "%22")
+    assert contraction_element_types(line + "\n" + f32) == [
+        ("iree_codegen.inner_tiled", ("i8", "i8")), ("iree_codegen.inner_tiled", ("f32", "f32"))]
+
+
 def test_the_fp16_reference_rounds_contraction_inputs_only():
     a = torch.tensor([[1.0 + 2 ** -12]])  # not representable in f16
     b = torch.tensor([[1.0]])
