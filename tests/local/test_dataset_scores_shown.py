@@ -79,8 +79,16 @@ def test_bench_and_its_report_show_the_score_beside_the_latency(scored_device, t
     run("rollback", host, "--app", APP)
     [unscored] = run_bench(BenchOptions(hosts=(host,), app=APP, threads=(1,), repetitions=2,
                                         warmup=1, rounds=1))
-    [compared] = json.loads(run("bench", "compare", "--json"))
+    [compared] = json.loads(compare("--json"))
     assert (compared["base_release"], compared["new_release"]) == (scored, unscored.release)
     assert compared["base_dataset"] == SCORE and compared["new_dataset"] is None
-    table = " ".join(run("bench", "compare", "--wide").split())
+    table = " ".join(compare("--wide").split())
     assert "dataset score" in table and "top1 1.0000 → -" in table
+
+
+def compare(*argv):
+    """`bench compare`: exit 0, or 9 when the two releases' latencies differ beyond their
+    noise (tiny runs on a shared machine can): the scores are shown either way."""
+    result = CliRunner().invoke(cli, ["bench", "compare", *argv])
+    assert result.exit_code in (0, 9), result.output
+    return result.stdout
