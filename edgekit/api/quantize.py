@@ -10,12 +10,18 @@ in process, candidates interleaved round by round (tune's InProcessBench). The f
 candidate within `max_drop` of the float model's score is chosen (pipeline/quantize/search.py);
 a build of a `max_drop` recipe builds it, recording the float layers and their errors.
 
-Modules are measured on this machine: for a target it cannot run (rpi4), the search builds the
-candidates for `host` (the same quantized graph) and the chosen layers are built for the target.
+Modules are measured on this machine by default: for a target it cannot run (rpi4), the search
+builds the candidates for `host` (the same quantized graph) and the chosen layers are built for
+the target. With `host` (a device), the candidates are built for the target and measured where
+they will run: each is uploaded to the device as a trial release (never activated, removed
+after), validated there, scored on its labelled set with the device's runtime (as the dataset
+gate scores it) and timed with the device's iree-benchmark-module, candidates interleaved round
+by round (device/trial.py, the path `tune --host` and `bench` take).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import time
@@ -47,12 +53,14 @@ class SearchOptions:
     beyond: int = 1                 # candidates built after the first within max_drop
     out: Path | None = None         # candidate bundles [default: a temporary directory]
     trust_pickle: bool = False
+    host: str | None = None         # a device: score and time the candidates there
+    identity: Path | None = None    # private key for `host`
 
 
 @dataclass(frozen=True)
 class SearchResult:
     app: str
-    target: str                     # what the candidates were built for and measured on
+    target: str                     # what the candidates were built for
     metric: str
     max_drop: float
     reference_score: float          # the float model's (eager), as the dataset gate's reference
@@ -60,6 +68,11 @@ class SearchResult:
     candidates: tuple[Measured, ...]
     chosen: Measured | None
     seconds: dict[str, float] = field(default_factory=dict)
+    # where the candidates were scored and timed: "host" (this machine, in process) or the
+    # device's address (its runtime tools)
+    measured_on: str = "host"
+    # candidates the device refused (golden outputs): (name, its problems); never chosen
+    refused: tuple[tuple[str, str], ...] = ()
 
     @property
     def frontier(self) -> list[Measured]:
@@ -70,7 +83,8 @@ class SearchResult:
         the record is part of the build's key)."""
         return QuantizeSearch(
             metric=self.metric, max_drop=self.max_drop, reference_score=self.reference_score,
-            layers=self.layers, measured_on=self.target,
+            layers=self.layers,
+            measured_on=self.target if self.measured_on == "host" else self.measured_on,
             candidates=tuple(SearchCandidate(float_layers=len(c.float_layers), score=c.score,
                                              drop=c.drop)
                              for c in self.candidates if c.quantized))
@@ -83,47 +97,64 @@ def search(options: SearchOptions, say: Callable[[str], None] = lambda _: None) 
     recipe = _search_recipe(options)
     gate = recipe.validation.dataset
     max_drop = recipe.quantize.max_drop
-    target = _measuring_target(options.target)
+    # a device runs the target's own modules; this machine, those of a target it runs
+    target = options.target if options.host else _measuring_target(options.target)
 
     say("measuring each layer's int8 error against the float model")
     errors, reference = _layer_errors(recipe)
     layers = rank_layers(errors)
     seconds["layer errors"] = round(time.perf_counter() - started, 2)
 
-    with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="edgekit-quantize-") as scratch, \
+            _Measuring(options, say) as where:
         out = options.out or Path(scratch)
         builds: list[tuple[Measured, Bundle]] = []
+
+        def scored(name: str, kept: tuple[str, ...], bundle: Bundle,
+                   quantized: bool) -> Measured | None:
+            measured = where.scored(name, kept, bundle, gate.metric, reference, quantized)
+            if measured is not None:
+                builds.append((measured, bundle))
+                say(f"{name}: {gate.metric} {measured.score:.4f} (drop {measured.drop:+.4f})")
+            return measured
+
         if options.fp32:
             fp32 = recipe.model_copy(update={"quantize": None})
-            bundle = _build(options, fp32, target, out / "fp32", say, "fp32")
-            builds.append((_scored("fp32", (), bundle, gate.metric, reference, False), bundle))
+            scored("fp32", (), _build(options, fp32, target, out / "fp32", say, "fp32"), False)
         tried: list[Measured] = []
         for k in float_counts(len(layers), options.max_float):
             kept = tuple(e.layer for e in layers[:k])
             name = "int8" if k == 0 else f"int8 + {k} float"
             bundle = _build(options, _keeping(recipe, kept), target,
                             out / f"int8-{k}", say, name)
-            measured = _scored(name, kept, bundle, gate.metric, reference, True)
-            say(f"{name}: {gate.metric} {measured.score:.4f} (drop {measured.drop:+.4f})")
-            tried.append(measured)
-            builds.append((measured, bundle))
+            measured = scored(name, kept, bundle, True)
+            if measured is not None:
+                tried.append(measured)
             if enough(tried, max_drop, options.beyond):
                 break
         seconds["builds and scores"] = round(time.perf_counter() - started, 2)
-        say(f"timing {len(builds)} builds in this process")
-        timed = _timed(builds, options.rounds)
+        say(f"timing {len(builds)} builds {where.timing}")
+        timed = where.timed(builds, options.rounds)
     candidates = tuple(timed)
     seconds["total"] = round(time.perf_counter() - started, 2)
     return SearchResult(app=recipe.name, target=target, metric=gate.metric, max_drop=max_drop,
                         reference_score=reference, layers=layers, candidates=candidates,
-                        chosen=choose(candidates, max_drop), seconds=seconds)
+                        chosen=choose(candidates, max_drop), seconds=seconds,
+                        measured_on=where.name, refused=tuple(where.refused))
 
 
 def refuse_unmet(result: SearchResult, recipe: Path) -> None:
     """No candidate met the drop: one line (QuantizationError, exit 18)."""
     if result.chosen is not None:
         return
-    best = min((c for c in result.candidates if c.quantized), key=lambda c: c.drop)
+    quantized = [c for c in result.candidates if c.quantized]
+    if not quantized:
+        name, problems = result.refused[0] if result.refused else ("int8", "not built")
+        raise QuantizationError(
+            f"int8: every candidate was refused on {result.measured_on} (first: {name}: "
+            f"{problems})", where=f"{recipe} (quantize.max_drop)",
+            hint="deploy the all-int8 build to the device to see why it is refused there")
+    best = min(quantized, key=lambda c: c.drop)
     raise QuantizationError(
         f"int8: no candidate is within max_drop {result.max_drop:g} of the float model's "
         f"{result.metric} {result.reference_score:.4f} (best: {best.name}, drop "
@@ -301,12 +332,59 @@ def dataset_score(bundle: Bundle) -> float:
     return score(note.metric, outputs, labels)
 
 
-def _scored(name: str, kept: tuple[str, ...], bundle: Bundle, metric: str, reference: float,
-            quantized: bool) -> Measured:
+def _measured(name: str, kept: tuple[str, ...], score: float, metric: str, reference: float,
+              quantized: bool) -> Measured:
     from edgekit.validate.dataset import drop
-    measured = dataset_score(bundle)
-    return Measured(name=name, float_layers=kept, score=measured,
-                    drop=drop(metric, reference, measured), quantized=quantized)
+    return Measured(name=name, float_layers=kept, score=score,
+                    drop=drop(metric, reference, score), quantized=quantized)
+
+
+class _Measuring:
+    """Where the candidates are scored and timed: in this process (`options.host` None), or on
+    the device as trial releases (uploaded and validated as each candidate is built, removed
+    when the search ends). Use as a context manager."""
+
+    def __init__(self, options: SearchOptions, say: Callable[[str], None]) -> None:
+        self.options, self.say = options, say
+        self.name = "host" if options.host is None else options.host
+        self.timing = "in this process" if options.host is None else f"on {options.host}"
+        self.refused: list[tuple[str, str]] = []
+        self._stack = contextlib.ExitStack()
+        self._trial = None
+
+    def __enter__(self) -> "_Measuring":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def scored(self, name: str, kept: tuple[str, ...], bundle: Bundle, metric: str,
+               reference: float, quantized: bool) -> Measured | None:
+        """The candidate scored on the labelled set; None when the device refused it."""
+        if self.options.host is None:
+            return _measured(name, kept, dataset_score(bundle), metric, reference, quantized)
+        if self._trial is None:
+            from edgekit.device.trial import trial_on_device
+            self._trial = self._stack.enter_context(trial_on_device(
+                self.options.host, self.options.identity, [bundle], self.say))
+            problems = self._trial.problems[-1]
+            address = self._trial.address
+            self.name = self.options.host if self.options.host == address else \
+                f"{self.options.host} ({address})"
+        else:
+            problems = self._trial.add(bundle)
+        if problems is not None:
+            self.say(f"{name}: refused on {self.name}: {problems}")
+            self.refused.append((name, problems))
+            return None
+        self.say(f"{name}: scoring {bundle.manifest.dataset.count} samples on {self.name}")
+        return _measured(name, kept, self._trial.dataset_score(bundle), metric, reference,
+                         quantized)
+
+    def timed(self, builds: list[tuple[Measured, Bundle]], rounds: int) -> list[Measured]:
+        if self._trial is None:
+            return _timed(builds, rounds)
+        return _timed_on_device(self._trial, builds, rounds, self.say)
 
 
 def _timed(builds: list[tuple[Measured, Bundle]], rounds: int) -> list[Measured]:
@@ -322,6 +400,23 @@ def _timed(builds: list[tuple[Measured, Bundle]], rounds: int) -> list[Measured]
             for i, (_, bundle) in enumerate(builds):
                 calls[i].extend(bench(bundle, 1, per_round[i]))
     return [dataclasses.replace(m, p50_ms=float(np.median(calls[i])))
+            for i, (m, _) in enumerate(builds)]
+
+
+DEVICE_CALLS = 20      # calls per build and round on a device (one benchmark process each)
+
+
+def _timed_on_device(trial, builds: list[tuple[Measured, Bundle]], rounds: int,
+                     say: Callable[[str], None]) -> list[Measured]:
+    """Each build's p50 (ms) on the device: the median of its rounds' medians, each round one
+    iree-benchmark-module process per build (one thread), the builds interleaved round by round
+    so the device's slow spells hit all alike."""
+    medians: dict[int, list[float]] = {i: [] for i in range(len(builds))}
+    for r in range(max(1, rounds)):
+        say(f"timing round {r + 1}/{rounds} on {trial.address}")
+        for i, (_, bundle) in enumerate(builds):
+            medians[i].append(float(np.median(trial.run_round(bundle, 1, DEVICE_CALLS))))
+    return [dataclasses.replace(m, p50_ms=float(np.median(medians[i])))
             for i, (m, _) in enumerate(builds)]
 
 

@@ -8,7 +8,8 @@ import click
 from rich.markup import escape
 
 from edgekit.cli import complete, render
-from edgekit.cli.common import JSON, TRUST_PICKLE, examples, handle_errors
+from edgekit.cli.common import HOST_HELP, IDENTITY, JSON, TRUST_PICKLE, examples, \
+    handle_errors
 
 
 @click.group()
@@ -19,12 +20,16 @@ def quantize() -> None:
 
 @quantize.command("search", epilog=examples(
     "edgekit quantize search --recipe digits.yaml --target host",
-    "edgekit quantize search --recipe cnn.yaml --target rpi4 --max-drop 0.005"))
+    "edgekit quantize search --recipe cnn.yaml --target rpi4 --max-drop 0.005",
+    "edgekit quantize search --recipe cnn.yaml --target rpi4 --host lab-aarch64-1"))
 @click.option("--recipe", type=click.Path(path_type=Path), required=True,
               help="recipe YAML with `quantize: {mode: int8, …}` and `validation.dataset`",
               shell_complete=complete.recipes)
 @click.option("--target", required=True, help="target profile name or YAML path",
               shell_complete=complete.targets)
+@click.option("--host", help="score and time the candidates on this device (" + HOST_HELP
+              + ") [default: this machine, in process]", shell_complete=complete.devices)
+@IDENTITY
 @click.option("--max-drop", type=float, help="over the recipe's quantize.max_drop "
                                              "(default: its dataset gate's max_drop)")
 @click.option("--max-float", type=click.IntRange(0, 64), default=4, show_default=True,
@@ -38,16 +43,18 @@ def quantize() -> None:
 @TRUST_PICKLE
 @JSON
 @handle_errors
-def search(recipe: Path, target: str, max_drop: float | None, max_float: int, rounds: int,
-           no_fp32: bool, then_build: bool, trust_pickle: bool, as_json: bool) -> None:
+def search(recipe: Path, target: str, host: str | None, identity: Path | None,
+           max_drop: float | None, max_float: int, rounds: int, no_fp32: bool,
+           then_build: bool, trust_pickle: bool, as_json: bool) -> None:
     """Rank the layers of an int8 build by the error each adds against the float model
     (bisect's taps), build candidates keeping the k worst float, score each on the recipe's
-    `validation.dataset` and time it on this machine; print the frontier and choose the
-    fastest within max_drop. Exit 0 when one is, 18 when none is."""
+    `validation.dataset` and time it on this machine (or on --host: trial releases, never
+    activated, removed after); print the frontier and choose the fastest within max_drop.
+    Exit 0 when one is, 18 when none is."""
     from edgekit.api import quantize as api
     options = api.SearchOptions(recipe=recipe, target=target, max_drop=max_drop,
                                 max_float=max_float, rounds=rounds, fp32=not no_fp32,
-                                trust_pickle=trust_pickle)
+                                trust_pickle=trust_pickle, host=host, identity=identity)
     built = None
     with render.status("searching…") as status:
         if then_build:
@@ -75,8 +82,10 @@ def search_lines(result) -> list:
         layers.add_row(str(i), escape(e.layer or "(model)"), _num(e.cosine, ".4f"),
                        _num(e.added, ".4f"), _num(e.max_abs_error, ".3g"))
     front = {id(c) for c in result.frontier}
+    where = escape(result.target) if result.measured_on == "host" else \
+        f"{escape(result.target)}, measured on {escape(result.measured_on)}"
     table = render.fitted_table(
-        f"candidates on {escape(result.target)}: {result.metric}, float model "
+        f"candidates for {where}: {result.metric}, float model "
         f"{result.reference_score:.4f}, max_drop {result.max_drop:g}",
         [("build", "short"), ("float layers", "short"), ("score", "num"), ("drop", "num"),
          ("p50 ms", "num"), ("", "short")])
@@ -89,6 +98,8 @@ def search_lines(result) -> list:
                       f"{c.score:.4f}", f"{c.drop:+.4f}", _num(c.p50_ms, ".4f"),
                       ", ".join(marks))
     lines = [layers, table]
+    lines += [f"refused on {escape(result.measured_on)}: {escape(name)}: {escape(problems)}"
+              for name, problems in result.refused]
     chosen = result.chosen
     if chosen is not None:
         lines.append(f"chosen: {escape(chosen.name)} (float: "
@@ -128,6 +139,8 @@ def search_json(result, built=None) -> dict:
             "frontier": [c.name for c in result.frontier],
             "chosen": cand(result.chosen) if result.chosen else None,
             "bundle": str(built.bundle.path) if built is not None else None,
+            "measured_on": result.measured_on,
+            "refused": [{"name": n, "problems": p} for n, p in result.refused],
             "seconds": result.seconds}
 
 

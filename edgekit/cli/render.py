@@ -504,19 +504,28 @@ def comparison_table(comparisons, title: str = "against the previous release") -
     if not comparisons:
         return
     sep = " → " if wide else "\n→ "   # base over new: two short lines instead of one long
+    # a column only where a dataset gate scored either release (its metric in each cell)
+    scored = any(c.base_dataset or c.new_dataset for c in comparisons)
     table = fitted_table(title, [("device", "short"), ("app", "short"), ("thr", "num"),
                                  ("release", "short"), ("p50 ms", "num"), ("change", "num"),
-                                 ("noise", "num"), ("verdict", "short")])
+                                 ("noise", "num"), ("verdict", "short")]
+                         + ([("dataset score", "num")] if scored else []))
     cut = (lambda r: r) if wide else (lambda r: r[:8])
     for c in comparisons:
         verdict = ("[red]REGRESSION[/]" if c.regression else
                    "[green]improvement[/]" if c.improvement else "within noise")
         device = f"{c.base_device}{sep}{c.device}" if c.base_device else c.device
+        score = [f"{_score(c.base_dataset)}{sep}{_score(c.new_dataset)}"] if scored else []
         table.add_row(escape(device), escape(c.app), str(c.config.get("threads")),
                       f"{cut(c.base_release)}{sep}{cut(c.new_release)}",
                       f"{c.base_p50_ms:.3f}{sep}{c.new_p50_ms:.3f}", f"{c.delta_pct:+.1f}%",
-                      f"±{c.noise_pct:.1f}%", verdict)
+                      f"±{c.noise_pct:.1f}%", verdict, *score)
     out.print(table)
+
+
+def _score(score) -> str:
+    """A comparison's score cell: "top1 0.9688" (the metric is a checked plain name)."""
+    return "-" if score is None else f"{score.metric} {score.measured:.4f}"
 
 
 def check_table(report) -> None:
@@ -599,8 +608,10 @@ def fleet_result(result) -> None:
     title = (f"rollout {result.id}: {result.app} — {result.status} in {result.seconds:.1f} s")
     columns = [("wave", "num"), ("device", "short"), ("target", "short"), ("result", "short"),
                ("latency gate", "num"), ("s", "num")]
+    scored = wide and any(d.dataset for d in result.devices)
     if wide:
         columns[-1:-1] = [("p90 before", "num"), ("p90 after", "num")]
+        columns += [("dataset score", "short")] if scored else []
         columns.append(("reason", "text"))
     # the title is a line of its own: as a table title it wrapped mid-phrase at the width of
     # a narrow table
@@ -613,10 +624,17 @@ def fleet_result(result) -> None:
         if wide:
             row += [_ms(d.p90_before_ms), _ms(d.p90_after_ms)]
         row.append(f"{d.seconds:.1f}")
+        if scored:
+            row.append(str(d.dataset) if d.dataset else "-")
         if wide:
             row.append(escape(d.reason))
         table.add_row(*row)
     out.print(table)
+    # the dataset gate's score per release (per device: --wide, the HTML report)
+    from edgekit.models.dataset import scores_line
+    for release, scores in result.release_scores().items():
+        out.print(f"  dataset score of {escape(release)}: {scores_line(scores)}",
+                  highlight=False)
     if any(d.p90_ratio is not None for d in result.devices):
         out.print("  latency gate: the median over the rounds of new p90 / replaced release's "
                   "p90, \\[its range], against the limit", highlight=False)

@@ -140,6 +140,31 @@ def check_dataset(conn: Transport, bundle: Bundle, release_dir: str, runtime: st
     note = m.dataset
     if note is None:
         return {}
+    measured = dataset_score(conn, bundle, release_dir, runtime, shims)
+    refused = refusal(note.metric, note.reference_score, measured, note.max_drop)
+    # in the device's journal: `fleet status` shows the score of the release it validated
+    journal_event(conn, m.app, "scored", release_dir.rsplit("/", 1)[-1], {
+        "metric": note.metric, "reference_score": note.reference_score,
+        "measured": measured, "drop": drop(note.metric, note.reference_score, measured)})
+    if refused:
+        raise ValidationFailed(
+            f"{refused} ({note.count} samples on {conn.where}); the release was not activated",
+            report=None, hint="the build's accuracy on the device is below what its reference "
+                              "reached: check the quantization's calibration data, or build "
+                              "without quantization for this target")
+    return {"metric": note.metric, "reference": note.reference,
+            "reference_score": note.reference_score, "measured": measured,
+            "drop": drop(note.metric, note.reference_score, measured), "samples": note.count}
+
+
+def dataset_score(conn: Transport, bundle: Bundle, release_dir: str, runtime: str,
+                  shims: str) -> float:
+    """The bundle's labelled set run on the device (runs.sh dataset: BATCH samples a command,
+    inputs from the verified release at `release_dir`), its outputs fetched (each no larger
+    than the manifest's static size says) and scored here; nothing journaled (the gate
+    journals; `quantize search --host` scores releases it removes after)."""
+    m = bundle.manifest
+    note = m.dataset
     limits = [(_output_cap(sig), tuple(sig.shape)) for sig in m.outputs]
     labels = np.load(bundle.file(note.labels), allow_pickle=False)
     outputs: list[list[np.ndarray]] = []
@@ -158,21 +183,7 @@ def check_dataset(conn: Transport, bundle: Bundle, release_dir: str, runtime: st
                         "of the dataset gate")))
             finally:
                 _remove(conn, out_dir)
-    measured = score(note.metric, outputs, labels)
-    refused = refusal(note.metric, note.reference_score, measured, note.max_drop)
-    # in the device's journal: `fleet status` shows the score of the release it validated
-    journal_event(conn, m.app, "scored", release_dir.rsplit("/", 1)[-1], {
-        "metric": note.metric, "reference_score": note.reference_score,
-        "measured": measured, "drop": drop(note.metric, note.reference_score, measured)})
-    if refused:
-        raise ValidationFailed(
-            f"{refused} ({note.count} samples on {conn.where}); the release was not activated",
-            report=None, hint="the build's accuracy on the device is below what its reference "
-                              "reached: check the quantization's calibration data, or build "
-                              "without quantization for this target")
-    return {"metric": note.metric, "reference": note.reference,
-            "reference_score": note.reference_score, "measured": measured,
-            "drop": drop(note.metric, note.reference_score, measured), "samples": note.count}
+    return score(note.metric, outputs, labels)
 
 
 def _output_cap(sig) -> int:

@@ -137,7 +137,8 @@ def compare(base: BenchResult, new: BenchResult) -> Comparison:
                       base_p50_ms=a.p50_ms, new_p50_ms=b.p50_ms, delta_pct=round(delta, 2),
                       noise_pct=round(100 * found.band, 2),
                       regression=found.call == speed.SLOWER,
-                      improvement=found.call == speed.FASTER)
+                      improvement=found.call == speed.FASTER,
+                      base_dataset=base.dataset, new_dataset=new.dataset)
 
 
 def differences(base: BenchResult, new: BenchResult) -> list[str]:

@@ -21,12 +21,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pydantic
-
 from edgekit.device import layout
 from edgekit.errors import ConfigError, EdgekitError, RemoteCommandFailed, printable
 from edgekit.config.address import safe_name
-from edgekit.models.dataset import DatasetScore
+from edgekit.models.dataset import DatasetScore, read_score
 from edgekit.transport.base import Transport
 
 
@@ -50,11 +48,7 @@ def dataset_score(event: object) -> DatasetScore | None:
     name and that each figure is a finite number in range)."""
     if not isinstance(event, dict) or event.get("event") != "scored":
         return None
-    try:
-        return DatasetScore.model_validate(
-            {k: event.get(k) for k in ("metric", "reference_score", "measured", "drop")})
-    except pydantic.ValidationError:
-        return None
+    return read_score(event)
 
 
 def release_scores(conn: Transport, app: str) -> dict[str, DatasetScore]:

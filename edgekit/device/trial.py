@@ -3,7 +3,9 @@ validated there and benchmarked on request — never activated — and the relea
 added are removed afterwards (what was on the device before, current or not, stays).
 
 Used by `edgekit tune --host` (candidate variants), `edgekit build --compare-quantization
---host` (quantization variants) and `edgekit bisect --host` (tapped variants).
+--host` (quantization variants), `edgekit bisect --host` (tapped variants) and `edgekit
+quantize search --host` (mixed-precision candidates, added one by one as they are built and
+scored on the bundle's labelled set there).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from edgekit.device import layout
 from edgekit.device.bench import RoundConfig, bench_round, benchmark_json
 from edgekit.device.deploy import release_id, upload_release, validate_on_device
 from edgekit.device.preflight import pick_variant
-from edgekit.device.probe import probe
+from edgekit.device.probe import DeviceInfo, probe
 from edgekit.device.provision import needs_provisioning, provision, shim_version
 from edgekit.device.releases import list_releases, scratch_token
 from edgekit.device.trust import install_signers
@@ -44,6 +46,47 @@ class DeviceTrial:
     problems: list[str | None] = field(default_factory=list)  # per bundle: None = validated
     # per bundle: the device's outputs, keyed (sample, output index) (`keep_outputs=True`)
     outputs: list[dict[tuple[int, int], np.ndarray]] = field(default_factory=list)
+    info: DeviceInfo | None = None   # what probe read (the variant each bundle runs)
+    keep_outputs: bool = False
+    say: Callable[[str], None] = lambda _: None
+    # the releases this trial uploaded (removed at its end), and those the device already had
+    added: list[tuple[str, str]] = field(default_factory=list)
+    _before: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, bundle: Bundle) -> str | None:
+        """Upload `bundle` as a release of its app and validate it there (golden outputs);
+        its problems, None when it validated (also appended to `problems`)."""
+        app, release = bundle.manifest.app, release_id(bundle)
+        if app not in self._before:
+            self._before[app] = {r for r, _ in list_releases(self.conn, app)}
+        self.say(f"validating {app} {release[:8]} on {self.address}")
+        if self.info is None:
+            self.info = probe(self.conn)
+        variant, _ = pick_variant(bundle.manifest, self.info)
+        upload_release(self.conn, bundle, app, release, layout.shims_dir(shim_version()),
+                       module=variant.file if variant else MODULE)
+        if release not in self._before[app] and (app, release) not in self.added:
+            self.added.append((app, release))
+        kept: dict[tuple[int, int], np.ndarray] = {}
+        report = validate_on_device(self.conn, bundle, layout.release_dir(app, release),
+                                    self._runtime(bundle), layout.shims_dir(shim_version()),
+                                    kept if self.keep_outputs else None)
+        self.outputs.append(kept)
+        problems = None if report.ok else "; ".join(
+            p for o in report.outputs for p in o.problems)
+        self.problems.append(problems)
+        return problems
+
+    def dataset_score(self, bundle: Bundle) -> float:
+        """The bundle's labelled set (`validation.dataset`) run on the device and scored here,
+        as the dataset gate scores it (nothing journaled: the release is the trial's)."""
+        from edgekit.device.accuracy import dataset_score
+        m = bundle.manifest
+        return dataset_score(self.conn, bundle, layout.release_dir(m.app, release_id(bundle)),
+                             self._runtime(bundle), layout.shims_dir(shim_version()))
+
+    def _runtime(self, bundle: Bundle) -> str:
+        return layout.runtime_dir(bundle.manifest.compiler_version, self.arch)
 
     def run_round(self, bundle: Bundle, threads: int, repetitions: int) -> list[float]:
         """Per-call ms of one iree-benchmark-module process on the device (golden inputs)."""
@@ -104,29 +147,13 @@ def trial_on_device(host: str, identity: Path | None, bundles: list[Bundle],
         if needs_provisioning(info, first.compiler_version):
             say(f"provisioning {address}")
             provision(conn, info, first.compiler_version)
-        shims = layout.shims_dir(shim_version())
         install_signers(conn)   # verify.sh checks each upload's signature against them
-        runtime = layout.runtime_dir(first.compiler_version, info.arch)
-        before = {(b.manifest.app, r) for b in bundles
-                  for r, _ in list_releases(conn, b.manifest.app)}
-        trial = DeviceTrial(conn, address, info.arch)
-        added: list[tuple[str, str]] = []
+        trial = DeviceTrial(conn, address, info.arch, info=info, keep_outputs=keep_outputs,
+                            say=say)
         try:
             for bundle in bundles:
-                app, release = bundle.manifest.app, release_id(bundle)
-                say(f"validating {app} {release[:8]} on {address}")
-                variant, _ = pick_variant(bundle.manifest, info)
-                upload_release(conn, bundle, app, release, shims,
-                               module=variant.file if variant else MODULE)
-                if (app, release) not in before:
-                    added.append((app, release))
-                kept: dict[tuple[int, int], np.ndarray] = {}
-                report = validate_on_device(conn, bundle, layout.release_dir(app, release),
-                                            runtime, shims, kept if keep_outputs else None)
-                trial.outputs.append(kept)
-                trial.problems.append(None if report.ok else "; ".join(
-                    p for o in report.outputs for p in o.problems))
+                trial.add(bundle)
             yield trial
         finally:
-            for app, release in added:
+            for app, release in trial.added:
                 conn.run(["rm", "-rf", "--", layout.release_dir(app, release)], check=False)

@@ -279,7 +279,9 @@ def _write_carrier(path: Path, name: str, members: Iterable[tuple[Path, str, int
     archive to INCOMING/`name` on the device. `script` sends one file without a Python module
     on the device; `copy` costs a stat and a copy module run, and more SSH sessions."""
     archive = io.BytesIO()
-    with gzip.GzipFile(fileobj=archive, mode="wb", mtime=0) as gz, \
+    # level 6, not gzip's default 9: the IREE runtime tools (4 MB) pack 3× faster for an
+    # archive 0.5 % larger (an export took 1.4 s, 85 % of it compressing at level 9)
+    with gzip.GzipFile(fileobj=archive, mode="wb", mtime=0, compresslevel=6) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for source, member, mode in members:
             info = tarfile.TarInfo(member)

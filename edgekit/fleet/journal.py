@@ -22,6 +22,7 @@ from filelock import FileLock, Timeout
 from edgekit.config.paths import edgekit_home
 from edgekit.errors import ConfigError
 from edgekit.fleet.waves import to_count
+from edgekit.models.dataset import read_score
 from edgekit.models.events import (DeviceDone, DeviceRolledBack, DeviceStarted, DeviceStep,
                                    Finished, Halted, Interrupted, JournalRepaired,
                                    RolloutEvent, RolloutResumed, RolloutStarted, WaveDone,
@@ -265,6 +266,8 @@ def result_of(plan: RolloutPlan, state: JournalState, directory: Path) -> FleetR
         fields = done.model_dump(include={"status", "reason", "failure", "previous",
                                           "p90_before_ms", "p90_after_ms", "p90_ratio",
                                           "p90_ratio_range", "p90_ratio_limit", "seconds"})
+        # checked as every score edgekit shows is (a journal is a file anyone may edit)
+        fields["dataset"] = read_score(done.dataset)
         rollback = state.rollbacks.get(device.name)
         if rollback:
             fields.update(status=rollback.status, reason=rollback.reason)

@@ -64,3 +64,7 @@ class Comparison(Frozen):
     noise_pct: float                        # what the measured spread lets us resolve
     regression: bool
     improvement: bool
+    # each release's dataset score on the device, where its gate ran (a latency change beside
+    # what it did to accuracy)
+    base_dataset: DatasetScore | None = None
+    new_dataset: DatasetScore | None = None

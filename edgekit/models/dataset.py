@@ -47,3 +47,27 @@ class DatasetScore(Frozen):
 
     def __str__(self) -> str:
         return f"{self.metric} {self.measured:.4f} (ref {self.reference_score:.4f})"
+
+
+def read_score(fields: object) -> DatasetScore | None:
+    """`fields` (a journal's `scored` event, a fleet rollout's device-done `dataset`) as a
+    DatasetScore; None for anything edgekit did not write: not a mapping, a metric that is no
+    plain name, a figure that is not a finite number in range (the device is not trusted)."""
+    if not isinstance(fields, dict):
+        return None
+    try:
+        return DatasetScore.model_validate(
+            {k: fields.get(k) for k in ("metric", "reference_score", "measured", "drop")})
+    except pydantic.ValidationError:
+        return None
+
+
+def scores_line(scores: list[DatasetScore]) -> str:
+    """One release's scores over devices: "top1 0.9688 (ref 0.9688) on 2 devices", the range
+    of the measured scores where they differ (a module scores alike on devices of one target:
+    a spread says one of them computes it differently)."""
+    measured = [s.measured for s in scores]
+    low, high = min(measured), max(measured)
+    figure = f"{low:.4f}" if low == high else f"{low:.4f}–{high:.4f}"
+    return (f"{scores[0].metric} {figure} (ref {scores[0].reference_score:.4f}) on "
+            f"{len(scores)} device{'s' if len(scores) > 1 else ''}")

@@ -11,6 +11,7 @@ import pydantic
 from edgekit.config.fleet import FleetDevice, RolloutPolicy
 from edgekit.config.recipe import Hooks
 from edgekit.config.schema_base import Frozen
+from edgekit.models.dataset import DatasetScore
 
 DeviceStatus = Literal["updated", "unchanged", "failed", "rolled-back", "rollback-failed",
                        "skipped", "pending"]
@@ -61,6 +62,9 @@ class DeviceOutcome(Frozen):
     p90_ratio_range: tuple[float, float] | None = None
     p90_ratio_limit: float | None = None
     seconds: float = 0.0
+    # the dataset gate's score of the release on this device, where the gate ran (the canary
+    # wave, or every wave with `everywhere`)
+    dataset: DatasetScore | None = None
 
 
 class WaveSummary(Frozen):
@@ -86,6 +90,14 @@ class FleetResult(Frozen):
     devices: tuple[DeviceOutcome, ...]
     seconds: float
     journal: str
+
+    def release_scores(self) -> dict[str, list[DatasetScore]]:
+        """Each release's dataset scores over the devices that ran the gate."""
+        scores: dict[str, list[DatasetScore]] = {}
+        for d in self.devices:
+            if d.dataset is not None:
+                scores.setdefault(d.release, []).append(d.dataset)
+        return scores
 
 
 class LastValidation(Frozen):

@@ -1,5 +1,6 @@
-"""HTML fleet view of a rollout: waves, every device's result, and the latency the health gate
-measured on each device before and after (per device and per board), as inline SVG."""
+"""HTML fleet view of a rollout: waves, every device's result, the dataset gate's score per
+device and per release, and the latency the health gate measured on each device before and
+after (per device and per board), as inline SVG."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.models.dataset import DatasetScore, scores_line
 from edgekit.models.fleet import FleetResult
 from edgekit.report.bench_html import TEMPLATES, _scale, _svg, plt
 
@@ -32,8 +34,16 @@ def render_fleet_report(result: FleetResult, generated: str) -> str:
                           [float(np.median([d.p90_after_ms for d in ds])) for ds in
                            boards.values()])))
     plots.append(("Update time per device (s), by wave", _durations_svg(result)))
-    return TEMPLATES.get_template("fleet.html.j2").render(r=result, plots=plots,
-                                                          generated=generated)
+    scores = {release: scores_line(s) for release, s in result.release_scores().items()}
+    return TEMPLATES.get_template("fleet.html.j2").render(
+        r=result, plots=plots, scores=scores, score=device_score, generated=generated)
+
+
+def device_score(score: DatasetScore | None) -> str:
+    """A device's cell: "top1 0.9688 (0.9688)" (measured, the build's reference), or "-"."""
+    if score is None:
+        return "-"
+    return f"{score.metric} {score.measured:.4f} ({score.reference_score:.4f})"
 
 
 def write_fleet_report(result: FleetResult, path: Path) -> Path:

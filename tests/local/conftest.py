@@ -21,14 +21,22 @@ APP = "kws-mlp"
 
 
 @pytest.fixture(scope="session")
-def builds(tmp_path_factory) -> dict[str, Path]:
-    """v1, and v2 (same recipe, other seed: other weights, another release of the app)."""
-    folder = tmp_path_factory.mktemp("local-bundles")
-    v2_recipe = folder / "kws_mlp_v2.yaml"
+def recipes(tmp_path_factory) -> dict[str, Path]:
+    """v1's recipe, and v2's (same recipe, other seed: other weights, another release of the
+    app). A test that builds or deploys them by recipe gets the session's builds from the
+    cache (a copy of v2's recipe elsewhere is another source key: loaded and exported again)."""
+    v2_recipe = tmp_path_factory.mktemp("local-recipes") / "kws_mlp_v2.yaml"
     v2_recipe.write_text(RECIPE.read_text().replace("seed: 0", "seed: 1"))
+    return {"v1": RECIPE, "v2": v2_recipe}
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory, recipes) -> dict[str, Path]:
+    """v1 and v2 built for host, once per session."""
+    folder = tmp_path_factory.mktemp("local-bundles")
     return {name: build(BuildOptions(recipe=recipe, target="host",
                                      out=folder / name)).bundle.path
-            for name, recipe in (("v1", RECIPE), ("v2", v2_recipe))}
+            for name, recipe in recipes.items()}
 
 
 @pytest.fixture

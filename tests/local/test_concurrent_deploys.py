@@ -14,7 +14,7 @@ import pytest
 from edgekit.device.deploy import deploy_bundle, release_id
 from edgekit.errors import RemoteCommandFailed
 from edgekit.transport.local import LocalTransport
-from tests.local.conftest import RECIPE, current_of, device_journal
+from tests.local.conftest import current_of, device_journal
 
 pytestmark = pytest.mark.local
 
@@ -33,12 +33,12 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
 
 
 def test_two_deploys_of_one_app_from_one_directory_each_ship_their_own_bundle(tmp_path, v1,
-                                                                              v2):
+                                                                              v2, recipes):
     # one app, two versions (other seed): both build to build/kws-mlp-host in this directory
+    # (the session's builds: cache hits, so the two publish at the same moment)
     work = tmp_path / "work"
     work.mkdir()
-    v2_recipe = tmp_path / "kws_mlp_v2.yaml"
-    v2_recipe.write_text(RECIPE.read_text().replace("seed: 0", "seed: 1"))
+    v2_recipe = recipes["v2"]
     expected = {"d1": release_id(v1), "d2": release_id(v2)}
     for round_ in range(ROUNDS):
         devices = {name: tmp_path / f"round{round_}" / name for name in expected}
@@ -46,14 +46,13 @@ def test_two_deploys_of_one_app_from_one_directory_each_ship_their_own_bundle(tm
             root.mkdir(parents=True)
         procs = {name: start("deploy", "--recipe", str(recipe), "--target", "host",
                              "--host", f"local:{devices[name]}", "--json", cwd=work)
-                 for name, recipe in (("d1", RECIPE), ("d2", v2_recipe))}
+                 for name, recipe in (("d1", recipes["v1"]), ("d2", v2_recipe))}
         results = {name: finish(proc) for name, proc in procs.items()}
         for name, (code, out, err) in results.items():
             assert code == 0, f"round {round_}, {name}: {err}"
             assert json.loads(out)["release"] == expected[name]
             assert current_of(devices[name]) == expected[name]
             assert [e for e, _ in device_journal(devices[name])].count("rejected") == 0
-
 
 
 def test_two_identical_deploys_at_once_both_end_well(make_device, v1):

@@ -18,7 +18,9 @@ from edgekit.validate.dataset import score
 from edgekit.models import events as ev
 from tests.local.conftest import current_of, device_journal
 from edgekit.config.fleet import load_fleet
+from edgekit.fleet.rollout import rollout_result as fleet_result
 from edgekit.fleet.status import fleet_status
+from edgekit.report.fleet_html import write_fleet_report
 from tests.local.conftest import APP
 from tests.local.test_fleet import fleet_file, roll, root
 
@@ -104,13 +106,23 @@ def test_a_fleet_scores_the_set_on_its_canary_wave_only_unless_everywhere(
     bundle = gated(v2, bundle_copy, samples[:8], labels, 1.0, everywhere=everywhere)
     fleet = fleet_file(tmp_path, 3, rollout="{canary: 1, waves: [100%]}")
     seen = []
-    assert roll(fleet, bundle, on_event=seen.append).status == "completed"
+    result = roll(fleet, bundle, on_event=seen.append)
+    assert result.status == "completed"
     done = {e.device: e.dataset for e in seen if isinstance(e, ev.DeviceDone)}
     assert done["d1"]["measured"] == 1.0 and done["d1"]["samples"] == 8
     assert (done["d2"] is not None, done["d3"] is not None) == (everywhere, everywhere)
     rows = {r.device: r.last_validation for r in fleet_status(load_fleet(fleet), APP)}
     assert rows["d1"].dataset == "top1 1.0000 (ref 1.0000)"
     assert (rows["d3"].dataset is not None) == everywhere
+    # the rollout's result and HTML report: the score per device and per release
+    scores = {d.device: d.dataset and str(d.dataset) for d in result.devices}
+    gated_ones = 3 if everywhere else 1
+    assert scores == {"d1": "top1 1.0000 (ref 1.0000)",
+                      **{d: scores["d1"] if everywhere else None for d in ("d2", "d3")}}
+    html = write_fleet_report(fleet_result(result.id), tmp_path / "fleet.html").read_text()
+    assert html.count('<td class="score">top1 1.0000 (1.0000)</td>') == gated_ones
+    assert f'<td>{result.releases["host"]}</td><td class="score">top1 1.0000 (ref 1.0000) ' \
+        f'on {gated_ones} device{"s" if everywhere else ""}</td>' in html
 
 
 def test_fleet_status_leaves_out_a_score_the_device_wrote_wrong(tmp_path, v2, bundle_copy,

@@ -1,7 +1,8 @@
 """A release's dataset score where users look (issue 38): `edgekit releases` per release,
-`bench` results beside their latency, `bench report` in text, JSON and its HTML report
-(checked in headless Chromium) — read from the device's journal, and left out where the
-device wrote it wrong."""
+`bench` results beside their latency, `bench compare` (each release's score beside the change),
+`bench report` in text, JSON and its HTML report (checked in headless Chromium) — read from the
+device's journal, and left out where the device wrote it wrong. The fleet rollout's report:
+tests/local/test_dataset_gate.py."""
 
 import json
 
@@ -73,3 +74,21 @@ def test_bench_and_its_report_show_the_score_beside_the_latency(scored_device, t
     dom = chromium.rendered_dom(html, tmp_path / "profile")
     assert chromium.plots(dom) == (2, 2)     # the distribution, the score against p50
     assert '<td class="score">top1 1.0000 (1.0000)</td>' in dom
+
+    # back to v1 (never scored): compare says what the scored release it left had
+    run("rollback", host, "--app", APP)
+    [unscored] = run_bench(BenchOptions(hosts=(host,), app=APP, threads=(1,), repetitions=2,
+                                        warmup=1, rounds=1))
+    [compared] = json.loads(compare("--json"))
+    assert (compared["base_release"], compared["new_release"]) == (scored, unscored.release)
+    assert compared["base_dataset"] == SCORE and compared["new_dataset"] is None
+    table = " ".join(compare("--wide").split())
+    assert "dataset score" in table and "top1 1.0000 → -" in table
+
+
+def compare(*argv):
+    """`bench compare`: exit 0, or 9 when the two releases' latencies differ beyond their
+    noise (tiny runs on a shared machine can): the scores are shown either way."""
+    result = CliRunner().invoke(cli, ["bench", "compare", *argv])
+    assert result.exit_code in (0, 9), result.output
+    return result.stdout

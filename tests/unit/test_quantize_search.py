@@ -84,3 +84,48 @@ def test_bad_mixed_precision_keys_are_one_line_with_file_line_and_key(tmp_path, 
         load_recipe(recipe)
     assert says in str(err.value) and str(recipe) in str(err.value)
     assert "\n" not in str(err.value).split(" (hint")[0]
+
+
+def _searched(measured_on="host", refused=(), candidates=None):
+    from edgekit.api.quantize import SearchResult
+    candidates = candidates if candidates is not None else (
+        _m("fp32", 0, 0.0, 1.0, quantized=False), _m("int8", 0, 0.30, 0.40),
+        _m("int8 + 1 float", 1, 0.0, 0.5))
+    return SearchResult(app="digits", target="rpi4", metric="top1", max_drop=0.02,
+                        reference_score=0.97, layers=(), candidates=candidates,
+                        chosen=choose(candidates, 0.02), measured_on=measured_on,
+                        refused=refused)
+
+
+def test_a_search_on_a_device_says_where_it_measured_and_what_the_device_refused():
+    from rich.console import Console
+
+    from edgekit.cli.quantize import search_json, search_lines
+    found = _searched("pi-1 (pi@192.0.2.10:22)", (("int8 + 2 float", "output_0: cosine 0.2"),))
+    console = Console(width=200, color_system=None, record=True)
+    for line in search_lines(found):
+        console.print(line)
+    text = console.export_text()
+    assert "candidates for rpi4, measured on pi-1 (pi@192.0.2.10:22)" in text
+    assert "refused on pi-1 (pi@192.0.2.10:22): int8 + 2 float: output_0: cosine 0.2" in text
+    as_json = search_json(found)
+    assert as_json["measured_on"] == "pi-1 (pi@192.0.2.10:22)"
+    assert as_json["refused"] == [{"name": "int8 + 2 float", "problems": "output_0: cosine 0.2"}]
+    # what a build of the choice records: the device it was measured on
+    assert found.summary().measured_on == "pi-1 (pi@192.0.2.10:22)"
+    assert _searched().summary().measured_on == "rpi4"           # on this machine: the target
+
+
+def test_a_search_whose_every_candidate_the_device_refused_is_one_line():
+    from pathlib import Path
+
+    from edgekit.api.quantize import refuse_unmet
+    from edgekit.errors import QuantizationError
+    found = _searched("pi-1", (("int8", "output_0: cosine 0.1"),),
+                      candidates=(_m("fp32", 0, 0.0, 1.0, quantized=False),))
+    with pytest.raises(QuantizationError) as err:
+        refuse_unmet(found, Path("r.yaml"))
+    assert str(err.value).splitlines()[0] == ("r.yaml (quantize.max_drop): int8: every "
+                                              "candidate was refused on pi-1 (first: int8: "
+                                              "output_0: cosine 0.1)")
+    assert err.value.exit_code == 18
