@@ -19,8 +19,11 @@ import torch
 aten = torch.ops.aten
 
 # (op, index of the activation input, index of the weight input or None for two activations)
+# (the `.padding` forms, string padding, are rewritten to `.default` before annotating:
+# conv_padding.py; listed so the layers of an unrewritten graph are counted too)
 _CONTRACTIONS = {
     aten.conv1d.default: (0, 1), aten.conv2d.default: (0, 1), aten.conv3d.default: (0, 1),
+    aten.conv1d.padding: (0, 1), aten.conv2d.padding: (0, 1), aten.conv3d.padding: (0, 1),
     aten.linear.default: (0, 1),
     aten.matmul.default: (0, None), aten.bmm.default: (0, None), aten.mm.default: (0, None),
 }
@@ -119,7 +122,10 @@ def quantize_graph(graph: torch.fx.GraphModule, calibration: Iterable[tuple[torc
                    per_channel: bool, weights_only: bool,
                    keep_float: frozenset[str] = frozenset()) -> torch.fx.GraphModule:
     """Annotate (but not the layers inside `keep_float`'s modules), observe the calibration
-    batches (none needed for weights only), convert."""
+    batches (none needed for weights only), convert. String-padded convolutions (`padding=
+    "same"`) become explicit ones first, in place."""
+    from edgekit.pipeline.quantize.conv_padding import explicit_conv_padding
+    explicit_conv_padding(graph)
     with _quiet_torchao():
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
         prepared = prepare_pt2e(graph, _quantizer(per_channel, weights_only, keep_float))
