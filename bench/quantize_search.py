@@ -5,8 +5,9 @@ against the all-int8 and fp32 builds measured in the same run (interleaved round
 process, one thread: the search's own timing).
 
 Neither model has a labelled set, so each gets one here: random images (normal, as their
-calibration), labelled by the float model's own arg-max — the metric is top-1 agreement with
-the float model (reference 1.0; drop = the share of images int8 classifies differently).
+calibration), labelled by the float model's own arg-max — the metric is agreement with the
+float model (reference 1.0; drop = the share of images int8 classifies differently): top-1 for
+the small CNN, top-5 (the float arg-max among int8's five best) for MobileNetV2-like (below).
 
     python bench/quantize_search.py
     python bench/quantize_search.py --models small_cnn --max-drop 0.02 --json out.json
@@ -30,12 +31,16 @@ from edgekit.api.quantize import SearchOptions, search  # noqa: E402
 from edgekit.examples import models as examples  # noqa: E402
 
 MODELS = {
-    # name: (factory, input shape, recipe extras)
+    # name: (factory, input shape, recipe extras, metric)
     "small_cnn": ("small_cnn", (1, 3, 32, 32),
-                  "calibration: \"edgekit.examples.models:small_cnn_calibration\""),
-    # IREE 3.13 keeps int8 1x1 and depthwise convolutions in f32 (facts.md)
+                  "calibration: \"edgekit.examples.models:small_cnn_calibration\"", "top1"),
+    # top-5: an untrained 1000-class model's logits are nearly tied on random images (median
+    # top-1/top-2 margin a third of the logits' spread), so int8's output cosine of ~0.985 flips
+    # a quarter of the top-1 labels (all-int8 top-1 agreement 0.77) — noise, not a verdict.
+    # Every convolution is integer now (padding="same" ones too); the flag stays for the
+    # candidates that keep layers float.
     "mobilenet_v2": ("mobilenet_v2_like", (1, 3, 224, 224),
-                     "calibration: calib.npz, allow_float_contractions: true"),
+                     "calibration: calib.npz, allow_float_contractions: true", "top5"),
 }
 
 RECIPE = """name: {name}-qsearch
@@ -46,14 +51,14 @@ inputs:
     shape: {shape}
 validation:
   top1: always
-  dataset: {{samples: set.npz, labels: labels.npy, metric: top1, max_drop: {max_drop}}}
+  dataset: {{samples: set.npz, labels: labels.npy, metric: {metric}, max_drop: {max_drop}}}
 quantize: {{mode: int8, {extras}, max_drop: {max_drop}}}
 """
 
 
 def write_recipe(folder: Path, name: str, samples: int, max_drop: float) -> Path:
     import torch
-    factory, shape, extras = MODELS[name]
+    factory, shape, extras, metric = MODELS[name]
     model, _ = getattr(examples, factory)()
     rng = np.random.default_rng(7)
     images = rng.standard_normal((samples, *shape)).astype(np.float32)
@@ -65,7 +70,8 @@ def write_recipe(folder: Path, name: str, samples: int, max_drop: float) -> Path
              image=rng.standard_normal((16, *shape)).astype(np.float32))
     recipe = folder / f"{name}.yaml"
     recipe.write_text(RECIPE.format(name=name.replace("_", "-"), factory=factory,
-                                    shape=list(shape), extras=extras, max_drop=max_drop))
+                                    shape=list(shape), extras=extras, metric=metric,
+                                    max_drop=max_drop))
     return recipe
 
 
