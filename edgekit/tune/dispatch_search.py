@@ -19,6 +19,9 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
    with the variant's, best of SCREEN_ROUNDS: a single kernel's time is far steadier than a
    whole model's), keep each dispatch's best tiles when they beat the compiler's by
    SCREEN_GAIN, and combine them into one set. On a device: every candidate goes on.
+   Beside the search, rule-made candidates (RULES: "weights once" for data-tiled matmuls of
+   few rows, "wide accumulators" for matrix-vector products) edit every dispatch they apply
+   to at once; each is measured whole, and with the winners.
 5. Measure what is left against the chosen variant as the tuner measures everything
    (validated, interleaved rounds, same thread count) and take it only if it clearly beats
    the variant round by round (tuner.clearly_faster).
