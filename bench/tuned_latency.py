@@ -243,6 +243,14 @@ def main() -> None:
                 if column != "tuned_variant":
                     row[f"{column}_x_ort"] = round(timing[runner]["median_ms"] / ort_ms, 3)
             rows.append(row)
+            # each model's figures as soon as they exist (a long run stopped early keeps them)
+            print(f"{key} {t}t: untuned {row['untuned_x_ort']:.2f}x, tuned "
+                  f"{row['tuned_x_ort']:.2f}x onnxruntime ({row['onnxruntime_ms']:.3f} ms); "
+                  f"spread ort/untuned/tuned {row['ort_spread_pct']}%/"
+                  f"{row['untuned_spread_pct']}%/{row['tuned_spread_pct']}%; "
+                  f"{row['tuned_variant']}", file=sys.stderr, flush=True)
+        if opts.json:
+            opts.json.write_text(json.dumps(rows, indent=2))
     report(rows)
     if opts.json:
         opts.json.write_text(json.dumps(rows, indent=2))
