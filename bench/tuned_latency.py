@@ -33,6 +33,20 @@ give; tuned must be at least as good.
     EDGEKIT_BENCH_DIR=/tmp/mine python bench/tuned_latency.py   # bundles there
                                                     # (default /tmp/edgekit-bench-tuned)
 
+Issue 37's must-have run (tosa, the flag sets the four models win with; 1 thread):
+
+    python bench/tuned_latency.py --dispatches 12 --per-dispatch 4 --per-call --threads 1 \
+        --brief --lowerings tosa --flag-sets default,data-tiling,\
+convs-as-matmul+data-tiling+tile-1m,softmax-by-columns+data-tiling,\
+pointwise-as-matmul+fold-batchnorm,fold-batchnorm+data-tiling
+
+  one run at a load of 10-14 on 2 cores (tuned / untuned × onnxruntime, spread ort/tuned):
+  MobileNetV2-like 1.59× / 1.77× (144 %/103 %), ResNet18-like 1.59× / 2.66× (57 %/72 %),
+  text encoder 0.99× / 1.34× (9 %/7 %), KWS MLP 1.10× / 1.44× (5 %/6 %); every win
+  repeated in the tuner's fresh rounds (KWS -27 %: its matrix-vector products with 8-vector
+  register tiles, the "wide accumulators" rule of tune/dispatch_configs.py, 23.3 -> 17.6 µs).
+  The CNNs' figures are noise at that load (spreads over 50 %); see RUN2 below.
+
 Every model is tuned with edgekit's confirmation (tune/tuner.py): the tuned variant is the
 untuned build unless its win repeated in fresh rounds, so "tuned" ≤ "untuned" up to this run's
 noise (the spread columns). `--brief` times only the untuned build, the tuned one and
