@@ -40,12 +40,14 @@ Issue 37's must-have run (tosa, the flag sets the four models win with; 1 thread
 convs-as-matmul+data-tiling+tile-1m,softmax-by-columns+data-tiling,\
 pointwise-as-matmul+fold-batchnorm,fold-batchnorm+data-tiling
 
-  one run at a load of 10-14 on 2 cores (tuned / untuned × onnxruntime, spread ort/tuned):
-  MobileNetV2-like 1.59× / 1.77× (144 %/103 %), ResNet18-like 1.59× / 2.66× (57 %/72 %),
-  text encoder 0.99× / 1.34× (9 %/7 %), KWS MLP 1.10× / 1.44× (5 %/6 %); every win
-  repeated in the tuner's fresh rounds (KWS -27 %: its matrix-vector products with 8-vector
-  register tiles, the "wide accumulators" rule of tune/dispatch_configs.py, 23.3 -> 17.6 µs).
-  The CNNs' figures are noise at that load (spreads over 50 %); see RUN2 below.
+  one run (load ~1-2 on 2 cores; tuned / untuned × onnxruntime, spread ort/untuned/tuned):
+  MobileNetV2-like 1.24× / 1.98× (15/10/11 %), ResNet18-like 1.56× / 2.62× (8/6/6 %), text
+  encoder 0.97× / 1.30× (9/9/11 %), KWS MLP 0.94× / 1.28× (5/5/3 %: its matrix-vector
+  products with 8-vector register tiles, tune/dispatch_configs.py's "wide accumulators",
+  23.3 -> 16.7 µs); every win repeated in the tuner's fresh rounds (-19 % to -38 %). Not yet
+  issue 37's ≤ 1.0× for the CNNs nor ≤ 0.8× for the text encoder: bench/dispatch_profile.py
+  shows their im2col'd and direct 3x3 convolutions and the encoder's feed-forward matmuls
+  slower than onnxruntime's kernels (fastest calls), not overhead.
 
 Every model is tuned with edgekit's confirmation (tune/tuner.py): the tuned variant is the
 untuned build unless its win repeated in fresh rounds, so "tuned" ≤ "untuned" up to this run's
