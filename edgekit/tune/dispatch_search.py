@@ -19,6 +19,9 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
    with the variant's, best of SCREEN_ROUNDS: a single kernel's time is far steadier than a
    whole model's), keep each dispatch's best tiles when they beat the compiler's by
    SCREEN_GAIN, and combine them into one set. On a device: every candidate goes on.
+   Beside the search, rule-made candidates (RULES: "weights once" for data-tiled matmuls of
+   few rows, "wide accumulators" for matrix-vector products) edit every dispatch they apply
+   to at once; each is measured whole, and with the winners.
 5. Measure what is left against the chosen variant as the tuner measures everything
    (validated, interleaved rounds, same thread count) and take it only if it clearly beats
    the variant round by round (tuner.clearly_faster).
@@ -41,7 +44,8 @@ from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
 from edgekit.toolchain.iree_profile import dispatch_groups, profiled_run
 from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
-                                           set_digest, weights_once, with_levels)
+                                           set_digest, weights_once, wide_accumulators,
+                                           with_levels)
 
 DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
 # IREE inlines small constants (a tiny model's weights, a bias) into dispatches as
@@ -138,20 +142,32 @@ class RuleSet:
     functions: dict[str, str]         # {executable: its dispatch function}
 
 
-def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: Path
-                     ) -> RuleSet | None:
-    """One candidate for every data-tiled matmul of the module at once (a rule, not a search:
-    dispatch_configs.weights_once), or None when no dispatch qualifies. An edit IREE rejects
-    on its own is left out."""
+# The rule-made candidates (dispatch_configs): each edits every dispatch it applies to at once,
+# and is measured whole against the variant (no screening: a rule is one candidate).
+RULES = {"weights-once": weights_once, "wide-accumulators": wide_accumulators}
+RULE_NOTES = {"weights-once": "RHS streamed once (all LHS rows per workgroup)",
+              "wide-accumulators": "matrix-vector products with 8-vector register tiles"}
+
+
+def rule_set(rule: str, configured: list[ConfiguredDispatch], base: Variant, work: Path
+             ) -> RuleSet | None:
+    """One candidate for every dispatch of the module `rule` (RULES) applies to, or None
+    when none qualifies. An edit IREE rejects on its own is left out."""
     files, functions = {}, {}
     for d in configured:
-        levels = weights_once(d.root_name, d.levels, d.operand_shapes)
-        text = with_levels(d.source, d.lowering_config, levels) if levels else None
+        levels = RULES[rule](d.root_name, d.levels, d.operand_shapes)
+        text = with_levels(d.source, d.lowering_config, levels, d.levels) if levels else None
         if text is not None and compiles_alone(text, work) is None:
             files[d.executable], functions[d.executable] = text, d.function
     if not files:
         return None
-    return RuleSet(with_configs(base, files, "weights-once"), files, functions)
+    return RuleSet(with_configs(base, files, rule), files, functions)
+
+
+def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: Path
+                     ) -> RuleSet | None:
+    """rule_set's "weights once" (dispatch_configs.weights_once): every data-tiled matmul."""
+    return rule_set("weights-once", configured, base, work)
 
 
 def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
@@ -251,17 +267,29 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                                              tuner._one_line(exc)))
                 return None
 
-        rule = weights_once_set(configured, searched, work)
-        if rule is not None:
-            say(f"weights once: {len(rule.files)} data-tiled matmul(s) with all their LHS rows "
-                f"in each workgroup")
+        rules = {name: r for name in RULES if (r := rule_set(name, configured, searched, work))}
+        for name, r in rules.items():
+            say(f"{name}: {RULE_NOTES[name]} in {len(r.files)} dispatch(es)")
         base_bundle = build_one(base, 0)
         if base_bundle is None:
             return chosen, []
-        rule_built = None
-        if rule is not None and (b := build_one(rule.variant, len(candidates) + 3)) is not None:
-            rule_built = (rule.variant, b, "RHS streamed once (all LHS rows per workgroup) in "
-                                           f"{', '.join(rule.functions.values())}")
+        rules_built = []
+        if len(rules) > 1:       # the rules edit different dispatches: also all of them at once
+            rules["+".join(rules)] = RuleSet(
+                with_configs(searched, {k: v for r in rules.values() for k, v in r.files.items()},
+                             "+".join(rules)),
+                {k: v for r in rules.values() for k, v in r.files.items()},
+                {k: v for r in rules.values() for k, v in r.functions.items()})
+        for j, (name, r) in enumerate(rules.items()):
+            if (b := build_one(r.variant, len(candidates) + 10 + j)) is not None:
+                rules_built.append((r.variant, b, "; ".join(
+                    RULE_NOTES[n] for n in name.split("+")) + " in "
+                    + ", ".join(r.functions.values())))
+        # every rule's edits together (what a winner does not edit goes with the winners)
+        rule_files = {k: v for name, r in rules.items() if "+" not in name
+                      for k, v in r.files.items()}
+        rule_functions = {k: v for name, r in rules.items() if "+" not in name
+                          for k, v in r.functions.items()}
         # the dispatches' own times are screened against the module they were edited from
         screen_base = base_bundle if searched is base or not (here and costs) else \
             build_one(searched, len(candidates) + 2)
@@ -287,15 +315,15 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                 if bundle is not None:
                     to_measure.append((variant, bundle, "; ".join(notes[c.label]
                                                                   for c in winners)))
-                if rule is not None and set(rule.files) - set(files):
-                    # the rule's edits of the dispatches no winner edits, with the winners
-                    variant = with_configs(searched, {**rule.files, **files},
-                                           f"{label}+weights-once")
+                if set(rule_files) - set(files):
+                    # the rules' edits of the dispatches no winner edits, with the winners
+                    variant = with_configs(searched, {**rule_files, **files},
+                                           f"{label}+rules")
                     bundle = build_one(variant, len(candidates) + 4)
                     if bundle is not None:
-                        to_measure.append((variant, bundle, "the winners and RHS streamed "
-                                           "once in " + ", ".join(
-                                               f for e, f in rule.functions.items()
+                        to_measure.append((variant, bundle, "the winners and the rules' edits "
+                                           "of " + ", ".join(
+                                               f for e, f in rule_functions.items()
                                                if e not in files)))
         else:
             # each shared build measured whole; how its dispatches were picked (and what they
@@ -306,8 +334,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                                               f" {_rate(c.dispatch.function, ms, costs.calls)}")
             to_measure = [(variant, bundle, f"{how}: " + "; ".join(map(picked, members)))
                           for variant, members, bundle in shared if bundle is not None]
-        if rule_built is not None:
-            to_measure.append(rule_built)
+        to_measure += rules_built
         if not to_measure:
             return chosen, results
         # decided here, while the builds exist: a near miss is measured again on them

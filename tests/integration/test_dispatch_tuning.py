@@ -10,7 +10,7 @@ from pathlib import Path
 from edgekit.pipeline.build import BuildOptions, Variant, build
 from edgekit.toolchain import iree
 from edgekit.toolchain.iree_profile import profiled_run
-from edgekit.tune.dispatch_search import (candidates_for, configured_dispatches,
+from edgekit.tune.dispatch_search import (candidates_for, configured_dispatches, rule_set,
                                           weights_once_set)
 from edgekit.tune.tuner import TuneOptions
 from edgekit.validate.local import validate_local
@@ -70,6 +70,24 @@ def test_weights_once_puts_all_rows_of_a_data_tiled_matmul_in_each_workgroup(
     variant = rule.variant
     _, before = codegen(recipe, "host", tiled, tmp_path / "a")
     tuned, after = codegen(recipe, "host", variant, tmp_path / "b")
+    assert after and after != before
+    report = validate_local(tuned.path)
+    assert report.ok, report
+
+
+def test_wide_accumulators_widen_the_kws_mlps_matrix_vector_products(tmp_path):
+    # the packaged KWS MLP, batch 1: TOSA gives its layers as 1-row batch_matmuls
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "kws_mlp.yaml"
+    base = Variant("tosa", "default", ())
+    _, configured = configured_dispatches(TuneOptions(recipe=recipe, target="host"), base,
+                                          tmp_path / "dump")
+    rule = rule_set("wide-accumulators", configured, base, tmp_path)
+    # the 490- and 256-deep layers (256 columns); the 12-column head has no room to widen
+    assert sorted(f.split("_batch_matmul_")[1] for f in rule.functions.values()) == \
+        ["1x1x256x256_f32", "1x1x256x490_f32"]
+    assert all("vector_common_parallel = [1, 1, 128, 0]" in t for t in rule.files.values())
+    _, before = codegen(recipe, "host", base, tmp_path / "a")
+    tuned, after = codegen(recipe, "host", rule.variant, tmp_path / "b")
     assert after and after != before
     report = validate_local(tuned.path)
     assert report.ok, report

@@ -6,7 +6,8 @@ import pytest
 from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.toolchain.iree_configs import ConfiguredDispatch
 from edgekit.tune.dispatch_configs import (candidate_levels, hot_dispatches, lowering_config,
-                                           set_digest, weights_once, with_levels)
+                                           set_digest, weights_once, wide_accumulators,
+                                           with_levels)
 
 MATMUL = (("distribution", (64, 64, 0)), ("vector_common_parallel", (8, 16, 0)),
           ("vector_reduction", (0, 0, 16)))
@@ -249,3 +250,48 @@ def test_a_dispatch_called_several_times_is_rated_per_call_and_costed_per_infere
     # 231 MFLOP a call: 231 GFLOP/s, not the 116 that dividing one call's FLOPs by both gives
     name = "main_dispatch_4_conv_56x56x64x3x3x64_f32"
     assert _rate(name, 2.0, costs.calls) == "2.000 ms, 2 calls (231 GFLOP/s)"
+
+
+# the KWS MLP's 256x256 layer as TOSA gives it: a batch-1 matrix-vector product, one vector of
+# 16 lanes per reduction step (its operands: 1x1x256 activations, 1x256x256 weights, 1x1x256 out)
+MATVEC = (("distribution", (0, 0, 64, 0)), ("vector_common_parallel", (1, 1, 16, 0)),
+          ("vector_reduction", (0, 0, 0, 16)))
+MATVEC_SHAPES = ((1, 1, 256), (1, 256, 256), (1, 1, 256))
+
+
+def test_wide_accumulators_give_a_matrix_vector_product_eight_vectors():
+    new = dict(wide_accumulators("linalg.batch_matmul", MATVEC, MATVEC_SHAPES))
+    assert new["vector_common_parallel"] == (1, 1, 128, 0)
+    assert new["distribution"] == (0, 0, 128, 0)        # a multiple of the register tile
+    assert new["vector_reduction"] == (0, 0, 0, 16)     # the rest as the compiler chose
+    # a 32-lane choice (the 490-deep first layer) widens by whole vectors of its own
+    first = (("distribution", (0, 0, 64, 0)), ("vector_common_parallel", (1, 1, 32, 0)),
+             ("vector_reduction", (0, 0, 0, 14)))
+    assert dict(wide_accumulators("linalg.batch_matmul", first, MATVEC_SHAPES))[
+        "vector_common_parallel"] == (1, 1, 128, 0)
+    # fewer columns than the lanes: as many whole vectors as fit (no batch loop here)
+    plain = tuple((n, s[1:]) for n, s in MATVEC)
+    new = dict(wide_accumulators("linalg.matmul", plain, ((1, 490), (490, 80), (1, 80))))
+    assert new["vector_common_parallel"] == (1, 80, 0) and new["distribution"] == (0, 80, 0)
+    # and the edit reaches the fused fill and bias+ReLU, as IREE tiles them with the root
+    source = ('%f = linalg.fill {lowering_config = #iree_cpu.lowering_config<'
+              'vector_common_parallel = [1, 1, 16]>}\n'
+              f'%m = linalg.batch_matmul {{lowering_config = {lowering_config(MATVEC)}}}\n')
+    edited = with_levels(source, lowering_config(MATVEC), wide_accumulators(
+        "linalg.batch_matmul", MATVEC, MATVEC_SHAPES), MATVEC)
+    assert "vector_common_parallel = [1, 1, 128]>" in edited
+    assert "vector_common_parallel = [1, 1, 128, 0]" in edited
+
+
+@pytest.mark.parametrize("root, levels, shapes, why", [
+    ("linalg.batch_matmul", MATVEC, ((1, 4, 256), (1, 256, 256), (1, 4, 256)), "4 rows"),
+    ("linalg.batch_mmt4d", MATVEC, MATVEC_SHAPES, "not a plain matmul"),
+    ("linalg.batch_matmul", MATVEC, ((1, 1, 256), (1, 256, 12), (1, 1, 12)), "12 columns"),
+    ("linalg.batch_matmul", (("distribution", (0, 0, 128, 0)),
+                             ("vector_common_parallel", (1, 1, 128, 0))), MATVEC_SHAPES,
+     "already so"),
+    ("linalg.batch_matmul", MATVEC, (), "shapes unknown"),
+    ("linalg.matmul", MATVEC, MATVEC_SHAPES, "loops do not match the operands"),
+])
+def test_wide_accumulators_leave_what_they_are_not_for(root, levels, shapes, why):
+    assert wide_accumulators(root, levels, shapes) is None, why
