@@ -13,6 +13,8 @@ from edgekit.pipeline.build_types import BuildOptions, BuildResult, Steering
 # an NPU build's summary lines, as its family tells them, for the CLI's renderer
 from edgekit.pipeline.npu.registry import summary as npu_summary
 from edgekit.pipeline.source_key import hit_from_sources
+# the int8 outputs whose tolerance the reference's own spread widened, for the renderer
+from edgekit.validate.tolerance import spread_limits
 
 
 def recorded_steering(digest: str, target: Target) -> Steering:
@@ -42,4 +44,5 @@ def build(options: BuildOptions, on_stage: Callable[[str], None] | None = None) 
     return pipeline.build(options, on_stage)
 
 
-__all__ = ["BuildOptions", "BuildResult", "build", "npu_summary", "recorded_steering"]
+__all__ = ["BuildOptions", "BuildResult", "build", "npu_summary", "recorded_steering",
+           "spread_limits"]

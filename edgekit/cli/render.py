@@ -236,6 +236,13 @@ def quantization_summary(q) -> None:
     out.print(f"  quantization: {q.mode}"
               + (f" ({q.weights} weights{calibrated})" if q.weights else "")
               + f"; {compute} (lowering {q.lowering})")
+    from edgekit.api.build import spread_limits
+    for s, wide in spread_limits(q.reference_spread):
+        said = ", ".join(f"cosine ≥ {v:.5f}" if k == "min_cosine" else f"atol {v:.3g}"
+                         for k, v in wide.items())
+        out.print(f"  int8 tolerance of {escape(s.output)} widened to {said}: the reference "
+                  f"moves half that in another summation order (cosine {s.cosine:.5f}, max "
+                  f"abs {s.max_abs_error:.3g}; {escape(s.runs)})")
     if q.accuracy is None:
         out.print("  accuracy vs fp32: not measured (name the fp32 model in "
                   "`quantize.float_model`)")

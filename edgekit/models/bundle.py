@@ -128,6 +128,18 @@ class AccuracyReport(Frozen):
     outputs: tuple[OutputAccuracy, ...]
 
 
+class ReferenceSpread(Frozen):
+    """How far an int8 build's golden reference is from itself when PyTorch runs it in another
+    summation order (its convolutions without oneDNN, channels-last images): a requantization
+    that rounds the other way, carried through the layers — the least a right module may differ
+    by (validate/tolerance.py widens the int8 defaults to twice this)."""
+
+    output: str
+    cosine: float                     # worst over the golden samples and the runs
+    max_abs_error: float
+    runs: str = ""                    # the other orders tried
+
+
 class ContractionCensus(Frozen):
     """Element types of the inputs of every contraction in the compiled module (matmuls,
     convolutions), as IREE's global optimization leaves them."""
@@ -158,6 +170,8 @@ class QuantizationNote(Frozen):
     # by hand); `search`: the per-layer errors and the candidates' dataset scores
     float_layers: tuple[LayerError, ...] = ()
     search: QuantizeSearch | None = None
+    # int8: the reference against itself in other summation orders, per float output
+    reference_spread: tuple[ReferenceSpread, ...] = ()
 
 
 class ModuleVariant(Frozen):

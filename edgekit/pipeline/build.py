@@ -166,8 +166,9 @@ def refuse_uninformative(recipe: Recipe, exported: ExportedModel) -> ExportedMod
     wrong one (validate/golden.py), unless the recipe accepts them. Held to the tolerances the
     bundle will carry (a quantized build's own), over every validation sample (an output that
     is the same for all of them, while their inputs differ, is refused too)."""
-    mode = exported.quantization.mode if exported.quantization else None
-    check_golden(with_build_defaults(recipe.validation, mode),
+    note = exported.quantization
+    check_golden(with_build_defaults(recipe.validation, note.mode if note else None,
+                                     note.reference_spread if note else ()),
                  [o.name for o in exported.outputs], [exported.golden, *exported.more_golden],
                  [exported.samples, *exported.more_samples], where=str(recipe.path))
     return exported

@@ -49,7 +49,10 @@ class BundleIdentity:
 def _tolerances(recipe: Recipe, quantization: QuantizationNote | None) -> Validation:
     """The recipe's `validation:`, its top-level gaps filled by a quantized build's defaults
     (int8: one int8 step; fp16: float16's rule): the manifest says what a device is held to."""
-    return with_build_defaults(recipe.validation, quantization.mode if quantization else None)
+    if quantization is None:
+        return recipe.validation
+    return with_build_defaults(recipe.validation, quantization.mode,
+                               quantization.reference_spread)
 
 
 def _storable(array: np.ndarray) -> np.ndarray:

@@ -12,12 +12,15 @@ import re
 from dataclasses import dataclass
 
 from edgekit.config.recipe import Tolerance, Validation
+from edgekit.models.bundle import ReferenceSpread
 
 F32_DEFAULTS = (1e-4, 1e-3, 0.999)                    # atol, rtol, min_cosine
 HALF_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 HALF_ULPS = 8          # float16/bfloat16: atol = rtol = 8 eps
 NARROW_ULPS = 2        # 8-bit and smaller floats (e4m3, e5m2, …): 2 eps, min_cosine 0.99
 INT8_BUILD = (1e-2, 1e-2, 0.9999)  # one int8 step after a requantization rounds the other way
+SPREAD_FACTOR = 2  # an int8 output may be twice as far from its reference as the reference
+                   # is from itself in another summation order (quantize/spread.py)
 
 
 @dataclass(frozen=True)
@@ -74,16 +77,46 @@ def output_limits(validation: Validation, name: str, dtype: str) -> Limits:
     return limits(validation.for_output(name, exact=is_exact(dtype)), dtype)
 
 
-def with_build_defaults(validation: Validation, mode: str | None) -> Validation:
+def with_build_defaults(validation: Validation, mode: str | None,
+                        spread: tuple[ReferenceSpread, ...] = ()) -> Validation:
     """A quantized build's own defaults for the top-level values the recipe left out (they
     apply to floating-point outputs): int8 allows one int8 step. An `fp16` build needs none:
     its golden outputs come from a reference that rounds the same contraction inputs to
     float16 (quantize/fp16.py), so its float32 outputs keep the float32 rule (measured: max
     abs error 5.4e-6 on the transformer block, 6e-8 on the small CNN, vs atol 1e-4), and
-    float16 outputs get the float16 rule by their dtype."""
+    float16 outputs get the float16 rule by their dtype.
+
+    int8 with the reference's `spread` against itself (quantize/spread.py): an output whose
+    reference moves more than one step in another summation order (a deep model) gets twice
+    that — min_cosine 1 − 2·(1 − cosine), atol 2·max difference — where the recipe set neither
+    the value nor that output's own."""
     if mode != "int8":
         return validation
     atol, rtol, min_cosine = INT8_BUILD
     fill = {k: v for k, v in (("atol", atol), ("rtol", rtol), ("min_cosine", min_cosine))
             if getattr(validation, k) is None}
-    return validation.model_copy(update=fill) if fill else validation
+    widened = dict(validation.outputs)
+    for s, wide in spread_limits(spread):
+        own = validation.outputs.get(s.output, Tolerance())
+        wider = {k: v for k, v in wide.items()
+                 if getattr(validation, k) is None and getattr(own, k) is None}
+        if wider:
+            widened[s.output] = own.model_copy(update=wider)
+    update = {**fill, "outputs": widened} if widened != validation.outputs else fill
+    return validation.model_copy(update=update) if update else validation
+
+
+def spread_limits(spread: tuple[ReferenceSpread, ...]
+                  ) -> list[tuple[ReferenceSpread, dict[str, float]]]:
+    """The int8 outputs whose reference spread is wider than the int8 defaults, each with the
+    limits twice that spread allows (only those looser than the defaults)."""
+    atol, _, min_cosine = INT8_BUILD
+    found = []
+    for s in spread:
+        wide = {"min_cosine": max(-1.0, 1 - SPREAD_FACTOR * (1 - s.cosine)),
+                "atol": SPREAD_FACTOR * s.max_abs_error}
+        wide = {k: v for k, v in wide.items()
+                if (v < min_cosine if k == "min_cosine" else v > atol)}
+        if wide:
+            found.append((s, wide))
+    return found

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from edgekit.config.recipe import Tolerance, Validation
+from edgekit.models.bundle import ReferenceSpread
 from edgekit.toolchain.iree import failing_ops
 from edgekit.validate.compare import classifier_shaped, compare_output, cosine
 from edgekit.validate.outputs import as_declared, output_file, read_output
@@ -208,6 +209,45 @@ def test_quantized_builds_fill_only_what_the_recipe_left_out():
     fp16 = with_build_defaults(Validation(), "fp16")
     assert output_limits(fp16, "y", "float32").atol == 1e-4
     assert output_limits(fp16, "y", "float16").atol == 8 * 2.0 ** -10
+
+
+def test_an_int8_reference_that_moves_in_another_order_widens_only_its_own_output():
+    deep = ReferenceSpread(output="logits", cosine=0.9987, max_abs_error=0.044, runs="x")
+    shallow = ReferenceSpread(output="aux", cosine=0.999999, max_abs_error=1e-3, runs="x")
+    v = with_build_defaults(Validation(), "int8", (deep, shallow))
+    logits = output_limits(v, "logits", "float32")
+    assert logits.min_cosine == pytest.approx(1 - 2 * 0.0013) and logits.atol == 0.088
+    assert logits.rtol == 1e-2
+    aux = output_limits(v, "aux", "float32")         # within one step: the int8 defaults
+    assert (aux.atol, aux.min_cosine) == (1e-2, 0.9999)
+    # what the recipe says wins, top level or the output's own; only int8 builds widen
+    assert output_limits(with_build_defaults(Validation(min_cosine=0.9999), "int8", (deep,)),
+                         "logits", "float32").min_cosine == 0.9999
+    own = Validation(outputs={"logits": Tolerance(atol=0.01)})
+    kept = output_limits(with_build_defaults(own, "int8", (deep,)), "logits", "float32")
+    assert kept.atol == 0.01 and kept.min_cosine < 0.998
+    assert with_build_defaults(Validation(), "fp16", (deep,)) == Validation()
+
+
+def test_the_reference_spread_of_a_quantized_cnn_is_measured_in_other_orders():
+    import torch
+
+    from edgekit.examples.models import SmallCNN
+    from edgekit.pipeline.quantize.int8 import quantize_graph
+    from edgekit.pipeline.quantize.spread import reference_spread
+    torch.manual_seed(0)
+    x = torch.rand(1, 3, 32, 32)
+    graph = quantize_graph(torch.export.export(SmallCNN().eval(), (x,)).module(), [(x,)],
+                           per_channel=True, weights_only=False)
+    samples = [(x.numpy(),), (torch.rand(1, 3, 32, 32).numpy(),)]
+    golden = [tuple(graph(*(torch.from_numpy(a) for a in s)).detach().numpy()[None])
+              for s in samples]
+    (spread,) = reference_spread(graph, samples, golden, ["logits"])
+    assert spread.output == "logits" and 0.99 < spread.cosine <= 1.0
+    assert spread.runs == "convolutions without oneDNN, channels-last images"
+    # a wrong golden set is not "spread": it shows
+    wrong = [tuple(-g for g in gs) for gs in golden]
+    assert reference_spread(graph, samples, wrong, ["logits"])[0].cosine < 0
 
 
 @pytest.mark.parametrize("array", [

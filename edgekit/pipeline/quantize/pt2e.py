@@ -79,9 +79,13 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
     report = accuracy_report(fp32, reference, held_out, source, names, recipe.validation)
     check_floor(report, quantize.min_cosine, quantize.mode, where=f"{recipe.path} (quantize)")
     golden = tuple(reference(exported.samples))
+    more_golden = tuple(tuple(reference(s)) for s in exported.more_samples)
+    if quantize.mode == "int8":   # how far a right module may be: the reference vs itself
+        from edgekit.pipeline.quantize.spread import reference_spread
+        note = note.model_copy(update={"reference_spread": reference_spread(
+            graph, (exported.samples, *exported.more_samples), (golden, *more_golden), names)})
     return dataclasses.replace(
-        exported, program=program, digest=digest, golden=golden,
-        more_golden=tuple(tuple(reference(s)) for s in exported.more_samples),
+        exported, program=program, digest=digest, golden=golden, more_golden=more_golden,
         quantization=note.model_copy(update={"accuracy": report}))
 
 
