@@ -192,8 +192,7 @@ def kws_mlp():
 # --- small models for quantized builds (tests and the quantization recipes) --------------------
 
 class SmallCNN(nn.Module):
-    """A 32x32 image classifier: 3x3 conv-bn-relu stages and a pooled linear head (3x3 dense
-    convolutions: IREE 3.13 keeps int8 1x1 and depthwise convolutions in f32)."""
+    """A 32x32 image classifier: 3x3 conv-bn-relu stages and a pooled linear head."""
 
     def __init__(self, classes: int = 10):
         super().__init__()

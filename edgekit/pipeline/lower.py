@@ -238,8 +238,9 @@ def check_quantized(compiled: CompiledModule, target: Target) -> CompiledModule:
             "refusing to call this module int8", where="stage check quantization",
             hint="use `lowering: auto` or `torch` (torch-mlir's tosa/linalg outputs dequantize "
                  "int8 weights to fp32)" if used != "torch" else
-                 "IREE 3.13 keeps int8 1x1 and depthwise convolutions in f32; set "
-                 "`quantize.allow_float_contractions: true` to accept a partly integer module")
+                 "a contraction the quantizer left float (not one of its patterns, or a "
+                 "keep_float layer) stays f32; set `quantize.allow_float_contractions: true` "
+                 "to accept a partly integer module")
     if note.mode == "fp16" and census.f32:
         raise QuantizationError(
             f"fp16: {census.f32} of {census.total} contractions still read f32 "
