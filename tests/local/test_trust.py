@@ -129,9 +129,11 @@ def private_cache(builds, tmp_path, monkeypatch):
 
 
 def entry_of(cache: Path, bundle_dir: Path) -> Path:
-    recipe = json.loads((bundle_dir / MANIFEST).read_text())["recipe_digest"]
+    """The cache entry of this very build (its build key: the same recipe built with other
+    options by an earlier test in this worker is another entry)."""
+    key = json.loads((bundle_dir / MANIFEST).read_text())["build_key"]
     return next(e for e in cache.iterdir() if (e / MANIFEST).is_file() and
-                json.loads((e / MANIFEST).read_text())["recipe_digest"] == recipe)
+                json.loads((e / MANIFEST).read_text())["build_key"] == key)
 
 
 @pytest.mark.parametrize("swap", ["module, goldens and a re-hashed manifest",

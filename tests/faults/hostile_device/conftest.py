@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.local.conftest import builds, bundle_copy, make_device, v1, v2  # noqa: F401
+from tests.local.conftest import builds, bundle_copy, make_device, recipes, v1, v2  # noqa: F401
 
 pytestmark = pytest.mark.faults
 
