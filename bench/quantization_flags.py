@@ -21,6 +21,15 @@ host default (convs as matmul + ukernels) 0.0823 (0.0080) = 0.88× fp32, 1.83× 
 inner-tiled 0.0746 (0.0092) = 0.79×, 1.66×; `u8` + global data tiling 0.0690 (0.0111) =
 **0.74× fp32, 1.54× onnxruntime QDQ** (issue 37 asks ≤ 0.7× and ≤ 1.2×). Without
 `--per-call` (round means) preemption on a loaded machine squeezes every ratio toward 1.
+
+A quieter run (load < 1, the three models, `--modes fp32,int8 --sets data-tiling,
+host-int8-default,int8-convs-as-u8-matmul+global-data-tiling --qdq --rounds 15 --budget 10
+--per-call`), int8 / its own fp32 and / onnxruntime QDQ: small CNN host default (u8 +
+inner-tiled) 0.77×, 1.66×; u8 + global data tiling 0.73×, 1.57× (round spreads ~30 %);
+transformer block host default (the `on` form: attention's batch matmuls have no u8 form)
+1.16×, 0.49× (onnxruntime's QDQ is 2.0× its fp32); KWS MLP host default (u8) 0.63×, 1.08×.
+The u8 + global set fails on the transformer's and the MLP's linears (IREE 3.13:
+`tensor.expand_shape`).
 """
 
 from __future__ import annotations
