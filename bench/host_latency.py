@@ -98,10 +98,11 @@ def torch_runner(model: torch.nn.Module, inputs: list[np.ndarray], threads: int)
 
 
 def time_interleaved(runners: dict[str, callable], rounds: int, budget_s: float,
-                     per_call: bool = False) -> dict:
+                     per_call: bool = False, fastest: bool = False) -> dict:
     """Per runner: the median over rounds of each round's mean call time — or, `per_call`, of
     each round's median call (robust to the preemptions of a loaded machine, which made round
-    means ~2x the per-call median for the KWS MLP here with a load of 3 on 2 cores)."""
+    means ~2x the per-call median for the KWS MLP here with a load of 3 on 2 cores) — or,
+    `fastest`, of each round's fastest call (at least two calls a round)."""
     for run in runners.values():  # warm-up (first-call allocation, lazy init)
         for _ in range(3):
             run()
@@ -111,7 +112,8 @@ def time_interleaved(runners: dict[str, callable], rounds: int, budget_s: float,
         t = time.perf_counter()
         run()
         one_call[name] = time.perf_counter() - t
-    calls = {name: max(1, int(budget_s / rounds / len(runners) / max(pc, 1e-6)))
+    least = 2 if fastest else 1
+    calls = {name: max(least, int(budget_s / rounds / len(runners) / max(pc, 1e-6)))
              for name, pc in one_call.items()}
     samples: dict[str, list[float]] = {name: [] for name in runners}
     order = list(runners)
@@ -119,13 +121,13 @@ def time_interleaved(runners: dict[str, callable], rounds: int, budget_s: float,
         random.shuffle(order)
         for name in order:
             run, n = runners[name], calls[name]
-            if per_call:
+            if per_call or fastest:
                 each = []
                 for _ in range(n):
                     t = time.perf_counter()
                     run()
                     each.append(time.perf_counter() - t)
-                samples[name].append(statistics.median(each))
+                samples[name].append(min(each) if fastest else statistics.median(each))
                 continue
             t = time.perf_counter()
             for _ in range(n):

@@ -297,45 +297,10 @@ def _worker(plan: dict) -> None:
     runners[f"onnxruntime@{t}"] = ort_runner(model, inputs, t)
     if plan.get("torch", True):
         runners[f"torch@{t}"] = torch_runner(model, inputs, t)
-    if plan.get("fastest"):
-        print(json.dumps(fastest_interleaved(runners, plan["rounds"], plan["seconds"])))
-        for module in _KEEP:
-            module.close()
-        return
     print(json.dumps(time_interleaved(runners, plan["rounds"], plan["seconds"],
-                                      plan.get("per_call", False))))
+                                      plan.get("per_call", False), plan.get("fastest", False))))
     for module in _KEEP:
         module.close()
-
-
-def fastest_interleaved(runners: dict, rounds: int, budget_s: float) -> dict:
-    """Per runner: the median over rounds of each round's fastest call, rounds interleaved in
-    a shuffled order as host_latency.time_interleaved's (same keys: median_ms, spread_ms)."""
-    import random
-    import time
-    for run in runners.values():         # warm-up
-        for _ in range(3):
-            run()
-    first = {}
-    for name, run in runners.items():
-        started = time.perf_counter()
-        run()
-        first[name] = time.perf_counter() - started
-    calls = {name: max(2, int(budget_s / rounds / len(runners) / max(s, 1e-6)))
-             for name, s in first.items()}
-    fastest: dict[str, list[float]] = {name: [] for name in runners}
-    order = list(runners)
-    for _ in range(rounds):
-        random.shuffle(order)
-        for name in order:
-            best = math.inf
-            for _ in range(calls[name]):
-                started = time.perf_counter()
-                runners[name]()
-                best = min(best, time.perf_counter() - started)
-            fastest[name].append(best * 1e3)
-    return {name: {"median_ms": float(np.median(v)), "spread_ms": max(v) - min(v),
-                   "calls_per_round": calls[name]} for name, v in fastest.items()}
 
 
 def report(rows: list[dict]) -> None:
