@@ -38,12 +38,12 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
     quantize = recipe.quantize
     if quantize is None:
         return exported
-    fp32 = _runner(exported.program.module())
+    fp32 = graph_runner(exported.program.module())
     names = [o.name for o in exported.outputs]
     held_out, source = held_out_samples(recipe, exported.inputs)
     if quantize.mode == "fp16":
         from edgekit.pipeline.quantize.fp16 import Fp16Contractions
-        reference = _runner(exported.program.module(), Fp16Contractions)
+        reference = graph_runner(exported.program.module(), Fp16Contractions)
         program, digest = exported.program, exported.digest
         note = QuantizationNote(mode=quantize.mode)
     else:
@@ -67,7 +67,7 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
                                     "matmul to quantize", where="stage quantize",
                                     hint="drop `quantize:` (nothing would change)")
         program = _reexport(recipe, graph, exported)
-        reference = _runner(graph)
+        reference = graph_runner(graph)
         digest = program_digest(program)
         note = QuantizationNote(
             mode=quantize.mode, weights=quantize.weights or "", quantized_ops=count,
@@ -128,9 +128,14 @@ def _reexport(recipe: Recipe, graph: torch.fx.GraphModule,
                              where="stage quantize") from None
 
 
-def _runner(graph: torch.fx.GraphModule, mode=None) -> Run:
+def graph_runner(graph: torch.fx.GraphModule, mode=None, channels_last: bool = False) -> Run:
+    """The graph as a Run; `mode`: a context to run it in; `channels_last`: its 4-D float
+    inputs in that memory format (another summation order for PyTorch's convolutions)."""
     def run(sample: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         args = next(as_batches([sample]))
+        if channels_last:
+            args = tuple(a.contiguous(memory_format=torch.channels_last)
+                         if a.ndim == 4 and a.is_floating_point() else a for a in args)
         with torch.no_grad(), (mode() if mode else contextlib.nullcontext()):
             flat, _ = pytree.tree_flatten(graph(*args))
         return tuple(t.detach().contiguous().numpy() for t in flat

@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 
 from edgekit.models.bundle import ReferenceSpread
 from edgekit.validate.compare import cosine
 
 Sample = tuple[np.ndarray, ...]
+Run = Callable[[Sample], tuple[np.ndarray, ...]]
 
 
 def reference_spread(graph: torch.fx.GraphModule, samples: Sequence[Sample],
@@ -55,25 +55,17 @@ def reference_spread(graph: torch.fx.GraphModule, samples: Sequence[Sample],
                  for k, (c, d) in sorted(worst.items()) if k < len(names))
 
 
-def _other_orders(graph: torch.fx.GraphModule, first: Sample
-                  ) -> Iterator[tuple[str, Callable[[Sample], tuple[np.ndarray, ...]]]]:
-    yield "convolutions without oneDNN", _runner(graph, lambda: torch.backends.mkldnn.flags(
-        enabled=False))
+def _other_orders(graph: torch.fx.GraphModule, first: Sample) -> Iterator[tuple[str, Run]]:
+    from edgekit.pipeline.quantize.pt2e import graph_runner
+    yield "convolutions without oneDNN", graph_runner(graph, _without_onednn)
     if any(np.asarray(a).ndim == 4 and np.issubdtype(np.asarray(a).dtype, np.floating)
            for a in first):
-        yield "channels-last images", _runner(graph, contextlib.nullcontext, channels_last=True)
+        yield "channels-last images", graph_runner(graph, channels_last=True)
 
 
-def _runner(graph: torch.fx.GraphModule, context, channels_last: bool = False):
-    def run(sample: Sample) -> tuple[np.ndarray, ...]:
-        args = [torch.from_numpy(np.array(a)) for a in sample]
-        if channels_last:
-            args = [a.contiguous(memory_format=torch.channels_last)
-                    if a.ndim == 4 and a.is_floating_point() else a for a in args]
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # oneDNN's flags warn about Intel GPUs' TF32
-            with context():
-                flat, _ = pytree.tree_flatten(graph(*args))
-        return tuple(t.detach().contiguous().numpy() for t in flat
-                     if isinstance(t, torch.Tensor))
-    return run
+@contextlib.contextmanager
+def _without_onednn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # oneDNN's flags warn about Intel GPUs' TF32
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
