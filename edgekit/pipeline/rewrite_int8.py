@@ -93,13 +93,19 @@ def int8_convs_as_matmul(program: torch.export.ExportedProgram, unsigned: bool =
         _two_rows(gm, node)
     _sink_nchw_permutes(gm)
     _fast_quantize(gm)
+    return reexported(gm), len(chosen), len(convs)
+
+
+def reexported(gm: torch.fx.GraphModule) -> torch.export.ExportedProgram:
+    """A rewritten graph module exported again (dead nodes gone), with zero example inputs of
+    its placeholders' shapes and dtypes."""
     gm.graph.eliminate_dead_code()
     gm.recompile()
     args = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily():
         examples = tuple(torch.zeros(a.shape, dtype=a.dtype) for a in args)
-    return torch.export.export(gm, examples, strict=False), len(chosen), len(convs)
+    return torch.export.export(gm, examples, strict=False)
 
 
 def _rewrite(gm: torch.fx.GraphModule, conv, unsigned: bool) -> None:

@@ -31,7 +31,8 @@ import re
 
 import torch
 
-from edgekit.pipeline.rewrite_int8 import _correction_taps, _is, _ops, _u8_linear, _value, _zeros
+from edgekit.pipeline.rewrite_int8 import (_correction_taps, _is, _ops, _u8_linear, _value, _zeros,
+                                           reexported)
 
 # ATen ops IREE compiles as contractions (matmuls, convolutions, attention)
 _CONTRACTION = re.compile(r"conv|linear|matmul|^mm$|^bmm$|addmm|addbmm|addmv|^mv$|^dot$|"
@@ -102,13 +103,7 @@ def u8_linears(program: torch.export.ExportedProgram, min_rows: int = 2
         return program, 0
     for node in linears:
         _rows_u8(gm, node)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    args = tuple(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    with unset_fake_temporarily():
-        examples = tuple(torch.zeros(a.shape, dtype=a.dtype) for a in args)
-    return torch.export.export(gm, examples, strict=False), len(linears)
+    return reexported(gm), len(linears)
 
 
 def _is_u8_linear(node) -> bool:
