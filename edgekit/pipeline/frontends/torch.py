@@ -316,6 +316,8 @@ def _call_factory(recipe: Recipe, spec: str):
 
 def _load_exported(path: Path) -> Program:
     try:
+        # unpickles: the file the recipe's `model.exported` names — the user's own model,
+        # trusted as a `python:` factory is (never a file from a device or a channel)
         return torch.export.load(str(path))
     except Exception as exc:  # torch raises many kinds for a bad archive
         raise ModelLoadError(f"cannot load exported program: {exc}", where=str(path),
