@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from peer_isa import deny_amx  # noqa: E402
 from host_latency import iree_runner, ort_model_runner, time_interleaved  # noqa: E402
 
 from edgekit.examples import models as examples  # noqa: E402
@@ -68,7 +69,12 @@ def main() -> None:
                              "loaded machine)")
     parser.add_argument("--pt2e", metavar="SET", help="also edgekit's PT2E int8 build with this "
                                                       "flag set of bench/quantization_flags.py")
+    parser.add_argument("--no-amx", action="store_true",
+                        help="deny AMX to onnxruntime (bench/peer_isa.py): its int8 kernels on "
+                             "the instruction set ours use")
     args = parser.parse_args()
+    if args.no_amx:
+        print(deny_amx())
     work = Path(tempfile.mkdtemp(prefix="edgekit-qdq-bench-"))
     rows = []
     for model in args.models.split(","):

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from peer_isa import deny_amx  # noqa: E402
 from host_latency import iree_runner, ort_model_runner, ort_runner, time_interleaved  # noqa: E402
 
 from edgekit.errors import EdgekitError  # noqa: E402
@@ -112,7 +113,12 @@ def main() -> None:
                              "loaded machine)")
     parser.add_argument("--qdq", action="store_true",
                         help="also time onnxruntime running its own QDQ int8 model")
+    parser.add_argument("--no-amx", action="store_true",
+                        help="deny AMX to onnxruntime (bench/peer_isa.py): its int8 kernels on "
+                             "the instruction set ours use")
     args = parser.parse_args()
+    if args.no_amx:
+        print(deny_amx())
     work = Path(tempfile.mkdtemp(prefix="edgekit-qbench-"))
     profile = work / "host-plain.yaml"
     # every mode named: `extends` merges quantize_flags per mode, so `{}` would keep host's
