@@ -123,13 +123,14 @@ def int8_as_matmul(program: torch.export.ExportedProgram, form: str, inner_tiled
     added, which puts u8 × s8 on VNNI's vpdpbusd; else the `on` form, without it (IREE 3.13's
     inner-tiled path fails on s8 matmuls with per-channel epilogues and on batch matmuls:
     pipeline/rewrite_int8_matmul.py)."""
-    from edgekit.pipeline.rewrite_int8 import int8_convs_as_matmul
+    from edgekit.pipeline.rewrite_int8 import rewrite_int8_convs
     how = f"({PREFIX}int8-convs-as-matmul={form})"
     said: list[str] = []
     if form == "u8":
         from edgekit.pipeline.rewrite_int8_matmul import (DEFAULT_MIN_ROWS, contraction_forms,
                                                           u8_linears)
-        candidate, rewritten, total = int8_convs_as_matmul(program, unsigned=True)
+        done = rewrite_int8_convs(program, unsigned=True)
+        candidate, rewritten, total = done.program, done.im2col, done.total
         # by default not where it loses (a few rows); asked for, wherever it applies (the
         # inner-tiled path fails on the s8 form's per-channel epilogues)
         candidate, linears = u8_linears(candidate, 2 if inner_tiled else DEFAULT_MIN_ROWS)
@@ -138,6 +139,8 @@ def int8_as_matmul(program: torch.export.ExportedProgram, form: str, inner_tiled
             if total:
                 said.append(f"{rewritten} of {total} int8 convolutions as int8 im2col + "
                             f"integer matmul {how}")
+            if done.depthwise:
+                said.append(_depthwise_note(done.depthwise))
             if linears:
                 said.append(f"{linears} int8 linears as u8 × s8 matmuls {how}")
             if inner_tiled:
@@ -148,11 +151,18 @@ def int8_as_matmul(program: torch.export.ExportedProgram, form: str, inner_tiled
         said.append(f"the u8 form not taken: {len(others)} of {u8 + len(others)} contractions "
                     f"have none ({kinds}); the s8 form (=on), without {INNER_TILED}")
         form = "on"
-    program, rewritten, total = int8_convs_as_matmul(program)
-    if total:                     # a model without convolutions: nothing to say
-        said.insert(0, f"{rewritten} of {total} int8 convolutions as int8 im2col + integer "
-                       f"matmul ({PREFIX}int8-convs-as-matmul={form})")
-    return program, said, ()
+    done = rewrite_int8_convs(program)
+    if done.depthwise:
+        said.insert(0, _depthwise_note(done.depthwise))
+    if done.total:                # a model without convolutions: nothing to say
+        said.insert(0, f"{done.im2col} of {done.total} int8 convolutions as int8 im2col + "
+                       f"integer matmul ({PREFIX}int8-convs-as-matmul={form})")
+    return done.program, said, ()
+
+
+def _depthwise_note(count: int) -> str:
+    return (f"{count} int8 depthwise convolutions as integer tap sums over channels "
+            f"(IREE's direct int8 depthwise convolution is scalar)")
 
 
 @dataclass(frozen=True)

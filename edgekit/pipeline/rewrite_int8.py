@@ -38,9 +38,12 @@ calls: the three requantizing matmuls 9.3/8.2/3.7 → 7.6/7.0/2.7 µs, the input
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from edgekit.errors import LoweringError
+from edgekit.pipeline.rewrite_int8_depthwise import is_int8_depthwise, rewrite_depthwise
 
 _q = None
 
@@ -73,27 +76,49 @@ def _convertible(node) -> bool:
     return shape is not None and shape.dim() == 4 and len(stride) == 2 and len(padding) == 2
 
 
-def int8_convs_as_matmul(program: torch.export.ExportedProgram, unsigned: bool = False
-                         ) -> tuple[torch.export.ExportedProgram, int, int]:
-    """(the program with its quantized convolutions as int8 im2col + integer linear, how many
-    were rewritten, how many convolutions it had). `unsigned`: the `u8` form (module docstring):
-    uint8 patches, per-tensor matmuls with rows × cout epilogue constants, one-row int8 linears
-    on two rows."""
+@dataclass(frozen=True)
+class Int8ConvRewrite:
+    """What rewrite_int8_convs did: the program, how many convolutions became int8 im2col +
+    integer matmul, how many depthwise ones integer tap sums (rewrite_int8_depthwise.py), of
+    how many convolutions."""
+    program: torch.export.ExportedProgram
+    im2col: int
+    depthwise: int
+    total: int
+
+
+def rewrite_int8_convs(program: torch.export.ExportedProgram, unsigned: bool = False
+                       ) -> Int8ConvRewrite:
+    """The program with its quantized convolutions as int8 im2col + integer linear and its
+    quantized depthwise convolutions as integer tap sums. `unsigned`: the `u8` form (module
+    docstring): uint8 patches, per-tensor matmuls with rows × cout epilogue constants, one-row
+    int8 linears on two rows."""
     gm = program.module()
     convs = [n for n in gm.graph.nodes if n.op == "call_function"
              and n.target is torch.ops.aten.conv2d.default]
     chosen = [n for n in convs if _convertible(n)]
+    depthwise = [n for n in convs if is_int8_depthwise(n)]
     rows = [n for n in gm.graph.nodes if _single_row_linear(n)
             and _zeros(gm, n.args[1].args[2])] if unsigned else []
-    if not chosen and not rows:
-        return program, 0, len(convs)
+    if not chosen and not rows and not depthwise:
+        return Int8ConvRewrite(program, 0, 0, len(convs))
     for node in chosen:
         _rewrite(gm, node, unsigned)
+    for node in depthwise:
+        rewrite_depthwise(gm, node, _value)
     for node in rows:
         _two_rows(gm, node)
     _sink_nchw_permutes(gm)
     _fast_quantize(gm)
-    return reexported(gm), len(chosen), len(convs)
+    return Int8ConvRewrite(reexported(gm), len(chosen), len(depthwise), len(convs))
+
+
+def int8_convs_as_matmul(program: torch.export.ExportedProgram, unsigned: bool = False
+                         ) -> tuple[torch.export.ExportedProgram, int, int]:
+    """(rewrite_int8_convs's program, how many convolutions became im2col + integer matmul,
+    how many convolutions it had)."""
+    done = rewrite_int8_convs(program, unsigned)
+    return done.program, done.im2col, done.total
 
 
 def reexported(gm: torch.fx.GraphModule) -> torch.export.ExportedProgram:
@@ -128,7 +153,8 @@ def _rewrite(gm: torch.fx.GraphModule, conv, unsigned: bool) -> None:
     # u8 × s8 (see _u8_linear): int8 activations, symmetric stored weights, bias stored
     unsigned = (unsigned and x_dtype == torch.int8 and isinstance(x_zp, int) and
                 _zeros(gm, w_zps) and getattr(wq, "op", None) == "get_attr" and
-                (bias is None or getattr(bias, "op", None) == "get_attr"))
+                (bias is None or getattr(bias, "op", None) == "get_attr") and
+                n * oh * ow * cout <= U8_MAX_EPILOGUE)
     with g.inserting_before(conv):
         x = call(aten.permute.default, (xq, [0, 2, 3, 1]))
         if unsigned:
@@ -192,6 +218,13 @@ def _rewrite(gm: torch.fx.GraphModule, conv, unsigned: bool) -> None:
 
 
 _TO_NCHW, _TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+
+# The u8 form's per-channel epilogue is two rows × cout f32 constants (_u8_linear): fine for a
+# 32×32 image (small CNN: at most 256 × 32), not for a 224×224 one — MobileNetV2-like's first
+# 1×1 expansion, 12544 rows × 96, read 9.6 MB of them and its matmul (K doubled by the zero
+# point's taps) took 3.16 ms against the s8 form's 0.59 ms. Larger convolutions keep the s8
+# form, which makes a program's u8 form "not taken" as a whole (pipeline/rewrite.py).
+U8_MAX_EPILOGUE = 32768
 
 
 def _unary(node) -> bool:
