@@ -49,6 +49,40 @@ pointwise-as-matmul+fold-batchnorm,fold-batchnorm+data-tiling
   shows their im2col'd and direct 3x3 convolutions and the encoder's feed-forward matmuls
   slower than onnxruntime's kernels (fastest calls), not overhead.
 
+  ResNet18-like, round 4 (`--models resnet18`, the rest as above; load 4-6 on 2 cores from
+  other runs): tuned 1.58x, untuned 2.70x (onnxruntime 23.3 ms; spread 79/64/39 %), tuned =
+  convs-as-matmul+data-tiling+tile-1m + best tiles of 7 dispatches + rules: no change from
+  1.56x. Where the 13 ms go (bench/dispatch_profile.py, tile-1m variant, idle machine, fastest
+  calls; IREE 35.5 ms vs onnxruntime's profiler 21.9 ms): 7x7 3x3s 3 x 3.1 ms (75 GFLOP/s, the
+  49-row data-tiled matmuls, 16x16 tiles, 4 row tiles per workgroup already) vs ~1.7 ms each;
+  14x14 3 x 1.87 ms vs 1.22; 56x56 4 x 1.36 vs 1.13; 28x28 3 x 1.5 vs 1.13; 1x1 0.6 vs 0.3;
+  packs/im2col copies 1.9 vs 0.2. Tried and NOT kept (nothing the tuner should choose):
+  * Winograd F(6,3) (IREE's `--iree-preprocessing-pass-pipeline=builtin.module(util.func(
+    iree-linalg-ext-convert-conv2d-to-winograd{replace-all-convs}))`; without also
+    `--iree-opt-const-expr-max-size-increase-threshold=1000000000` the 8x8xCinxCout filter
+    transforms are not hoisted and run per call: 597 ms). Per 3x3 stride-1 layer, input
+    transform + 64 batched matmuls + output transform against today's kernel (fastest ms):
+    56x56x64 1.37+0.58+0.29 = 2.24 vs 1.36 direct; 28x28x128 0.29+0.70+0.12 = 1.11 vs 1.50
+    direct; 14x14x256 0.58+2.17+0.20 = 2.95 vs 1.87 im2col; 7x7x512 0.83+5.36+0.21 = 6.40 vs
+    3.1 im2col (2x2 or 3x3 tiles per image: 4-9-row matmuls). All convs: 57 ms; with
+    convs-as-matmul (56x56 and 28x28 Winograd'd) a net loss too (+3.5 ms at 56x56, -1.2 ms at
+    28x28). IREE 3.13's llvm-cpu transforms run one channel per 8x8 tile (config vector tile
+    [1,1,1,1]; [1,1,1,16] fails to compile: "failed to run translation", other distribution
+    tiles no faster); `inner-input-tile` changes nothing on llvm-cpu. Only the 28x28 convs
+    would gain and neither flag selects them alone: 56x56 as im2col (`--edgekit-im2col-convs=
+    1-4`) costs 1.85 + 0.58 ms packing vs 1.36 direct. Numerics were fine: `edgekit validate`
+    max abs error 7.8e-6 (all convs) / 5.3e-6 (56x56+28x28), cosine 1.000000, top-1 100 %.
+  * `--iree-llvmcpu-enable-ukernels=all` on tile-1m: 49-row matmuls 3.38-3.49 ms vs 3.08-3.12.
+  * `--iree-dispatch-creation-split-matmul-reduction=4`: not applied to data-tiled matmuls.
+  * `--iree-opt-level=O3` on tile-1m: the im2col'd 7x7/14x14 matmuls become transposed
+    `matmul_like_512x7x7x4608` dispatches at 1.2 GFLOP/s (649 ms per call);
+    `--iree-dispatch-creation-enable-aggressive-fusion`: the same kernels, no change.
+  * no data tiling, the 49-row matmul with tiles dividing 49 (substituted configs: distribution
+    [0,49,64,0], register tile 7x64 or 7x32): ~14 ms like IREE's own 7x16 (12.3 ms, 19
+    GFLOP/s); the non-data-tiled path is 4x slower whatever the tile.
+  Reproduce one: `python bench/dispatch_profile.py --recipe recipes/resnet18.yaml --variant
+  tosa/convs-as-matmul+data-tiling+tile-1m --flag=<the flag> --no-onnxruntime`.
+
 Every model is tuned with edgekit's confirmation (tune/tuner.py): the tuned variant is the
 untuned build unless its win repeated in fresh rounds, so "tuned" ≤ "untuned" up to this run's
 noise (the spread columns). `--brief` times only the untuned build, the tuned one and
