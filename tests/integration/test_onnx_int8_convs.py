@@ -131,11 +131,14 @@ def test_a_qdq_cnn_builds_through_the_integer_matmuls_and_validates(tiny, tmp_pa
     recipe.write_text(f"name: tiny-qdq\nmodel: {{onnx: {tiny}}}\n")
     bundle = build(BuildOptions(recipe=recipe, target="host", out=tmp_path / "b")).bundle
     lowering, q = bundle.manifest.lowering, bundle.manifest.quantization
-    # host's int8 flags ask for `u8` on an AVX-512 VNNI CPU (`on` elsewhere): an ONNX graph
-    # takes the `on` form either way, and the note says so
+    # host's int8 flags ask for `u8` on an AVX-512 VNNI CPU (`on` elsewhere): every
+    # contraction here has the u8 form (the head: two rows), so it takes it with IREE's
+    # inner-tiled path, and the note says so
     assert ("2 of 2 int8 convolutions as int8 im2col + integer matmul (ONNX QDQ graph, "
             "--edgekit-int8-convs-as-matmul=") in lowering.note, lowering.note
-    assert "=on)" in lowering.note or "its `on` form" in lowering.note, lowering.note
+    assert "=on)" in lowering.note or (
+        "=u8); --iree-llvmcpu-enable-inner-tiled added" in lowering.note and
+        "--iree-llvmcpu-enable-inner-tiled" in bundle.manifest.compile_flags), lowering.note
     assert q.mode == "int8" and q.contractions.integer == q.contractions.total == 3
     assert validate_local(bundle.path).ok
     # the module reproduces onnxruntime's QDQ outputs within one step of the output's grid

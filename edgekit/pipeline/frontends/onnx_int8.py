@@ -71,6 +71,7 @@ def int8_convs_as_matmul(model, unsigned: bool = False) -> tuple[object, int, in
     if not rewritten:
         return model, 0, len(convs)
     nodes = _sink_transposes(nodes, graph)
+    nodes = _fast_quantize(nodes, graph)
     nodes = _live(nodes, model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -415,12 +416,11 @@ def _u8_gemm(gemm, plan: dict, graph: _Graph, p: str) -> list:
     from onnx import helper
     node, const = helper.make_node, graph.constant
     zp, xq, out = plan["zp"], plan["xq"], []
-    if zp.dtype == np.int8:     # as uint8: the sign bit flipped (v + 128, zero point too)
-        k = plan["w2"].shape[0]
-        out += [_view(p + "x_bits", xq, p + "x_bits", np.uint8, (1, k)),
-                node("Add", [p + "x_bits", const(p + "flip", np.uint8(128))], [p + "x_u8"],
-                     name=p + "flip")]
-        graph.typed.append(_value_info(p + "x_bits", np.uint8, (1, k)))
+    if zp.dtype == np.int8:     # as uint8: v + 128, zero point too (one row: plain ONNX)
+        from onnx import TensorProto
+        out += [node("Cast", [xq], [p + "x_i32"], to=TensorProto.INT32),
+                node("Add", [p + "x_i32", const(p + "flip", np.int32(128))], [p + "x_up"]),
+                node("Cast", [p + "x_up"], [p + "x_u8"], to=TensorProto.UINT8)]
         xq, zp = p + "x_u8", np.array(int(zp) + 128, np.uint8)
     w2, extra = _with_correction(plan["w2"], int(zp), 1)
     out.append(node("Concat", [xq, xq], [p + "two"], axis=0))
@@ -464,7 +464,20 @@ def _sink_transposes(nodes: list, graph: _Graph) -> list:
         for n in nodes:
             src = producer.get(n.input[0]) if n.input else None
             ours = src is not None and src.name.startswith(PREFIX) and _perm(src) == _TO_NCHW
-            if ours and _perm(n) == _TO_NHWC:
+            if ours and _spatial_reduction(n, graph):
+                # a reduction over NCHW's h, w (keepdims 0: (1, c) either way) is one over
+                # NHWC's: IREE otherwise reads the channels-last tensor strided (small CNN's
+                # mean: a 3 µs dispatch)
+                axes = [1, 2]
+                moved = helper.make_node(n.op_type, [src.input[0]], list(n.output), name=n.name,
+                                         keepdims=0, **({} if graph.opset >= 18 else
+                                                        {"axes": axes}))
+                if graph.opset >= 18:
+                    moved.input.append(graph.constant(f"{n.output[0]}{PREFIX}axes",
+                                                      np.array(axes)))
+                out.append(moved)
+                changed = True
+            elif ours and _perm(n) == _TO_NHWC:
                 out.append(helper.make_node("Identity", [src.input[0]], list(n.output),
                                             name=PREFIX + "cancelled"))
                 changed = True
@@ -480,6 +493,58 @@ def _sink_transposes(nodes: list, graph: _Graph) -> list:
                 out.append(n)
         nodes = out
     return _without_identities(nodes)
+
+
+def _spatial_reduction(node, graph: _Graph) -> bool:
+    """A ReduceMean/Sum/Max/Min over axes 2 and 3 of a 4-D tensor, keepdims 0."""
+    if node.op_type not in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"):
+        return False
+    a = _attrs(node)
+    if a.get("keepdims", 1) != 0 or a.get("noop_with_empty_axes", 0):
+        return False
+    axes = a.get("axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        value = graph.values.get(node.input[1])
+        axes = None if value is None else [int(v) for v in value.reshape(-1)]
+    return axes is not None and sorted(x % 4 for x in axes) == [2, 3]
+
+
+# 1.5·2²³: adding and subtracting it rounds a float32 of magnitude < 2²² to an integer, half to
+# even (the default rounding mode)
+_ROUNDER = np.float32(1.5 * 2 ** 23)
+
+
+def _fast_quantize(nodes: list, graph: _Graph) -> list:
+    """Each per-tensor QuantizeLinear to int8/uint8 (constant scale and zero point) as
+    clip(x · (1/s) + zp) rounded by + 1.5·2²³ − 1.5·2²³, then cast: rewrite_int8.py's form
+    for PyTorch's graphs (IREE 3.13 lowers the op to a division and a bit-by-bit round half to
+    even, ~30 vector instructions an element). x · (1/s) for x / s: at most one step apart,
+    on an exact tie only."""
+    from onnx import helper
+    out = []
+    for n in nodes:
+        scale = graph.values.get(n.input[1]) if n.op_type == "QuantizeLinear" else None
+        zp = graph.values.get(n.input[2]) if scale is not None and len(n.input) > 2 and \
+            n.input[2] else None
+        if (zp is None or scale.size != 1 or zp.size != 1 or zp.dtype not in (np.int8, np.uint8)
+                or scale.dtype != np.float32 or _attrs(n).get("block_size")
+                or _attrs(n).get("saturate", 1) != 1 or not float(scale.reshape(())) > 0):
+            out.append(n)
+            continue
+        info = np.iinfo(zp.dtype)
+        p, const = f"{n.output[0]}{PREFIX}q_", graph.constant
+        to = helper.np_dtype_to_tensor_dtype(zp.dtype)
+        out += [
+            helper.make_node("Mul", [n.input[0], const(p + "inv", np.float32(
+                1.0 / np.float32(scale.reshape(()))))], [p + "scaled"]),
+            helper.make_node("Add", [p + "scaled", const(p + "zp", np.float32(zp.reshape(())))],
+                             [p + "shifted"]),
+            helper.make_node("Clip", [p + "shifted", const(p + "lo", np.float32(info.min)),
+                                      const(p + "hi", np.float32(info.max))], [p + "clipped"]),
+            helper.make_node("Add", [p + "clipped", const(p + "r", _ROUNDER)], [p + "up"]),
+            helper.make_node("Sub", [p + "up", p + "r"], [p + "rounded"]),
+            helper.make_node("Cast", [p + "rounded"], list(n.output), to=to)]
+    return out
 
 
 def _without_identities(nodes: list) -> list:
@@ -559,15 +624,18 @@ def with_byte_gathers(model):
                 nodes.append(onnx.helper.make_node("Gather", [table, gather.input[1]],
                                                    list(n.output), axis=0))
                 continue
-            # the flipped uint8 bytes as int8 values: v − 128, computed in int32
-            g, wide = n.output[0] + "_u8", n.output[0] + "_i32"
+            # the flipped bytes as values of the other type: uint8 ones as int8, v − 128
+            # (the `on` form), int8 ones as uint8, v + 128 (`u8`), computed in int32
+            to = onnx.helper.get_attribute_value(n.attribute[0])
+            g, wide = n.output[0] + "_gathered", n.output[0] + "_i32"
             nodes += [onnx.helper.make_node("Gather", [flip.input[0], gather.input[1]], [g],
                                             axis=0),
                       onnx.helper.make_node("Cast", [g], [wide + "0"], to=TensorProto.INT32),
                       onnx.helper.make_node("Sub", [wide + "0", n.output[0] + "_128"], [wide]),
-                      onnx.helper.make_node("Cast", [wide], list(n.output), to=TensorProto.INT8)]
-            added.append(onnx.numpy_helper.from_array(np.array(128, np.int32),
-                                                      n.output[0] + "_128"))
+                      onnx.helper.make_node("Cast", [wide], list(n.output), to=to)]
+            added.append(onnx.numpy_helper.from_array(
+                np.array(128 if to == TensorProto.INT8 else -128, np.int32),
+                n.output[0] + "_128"))
         elif n.op_type != VIEW_DTYPE and n.output[0] not in gathers and \
                 n.output[0] not in flips:
             nodes.append(n)
@@ -581,4 +649,5 @@ def with_byte_gathers(model):
              v.name in {i for n in nodes for i in n.input}]
     del out.graph.value_info[:]
     out.graph.value_info.extend(typed)
-    return out
+    # the importer types each value from value_info: the flips' gathers and casts are new
+    return onnx.shape_inference.infer_shapes(out)
