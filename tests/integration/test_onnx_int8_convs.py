@@ -117,6 +117,32 @@ def test_the_rewritten_graph_computes_what_the_qdq_model_computes(tiny):
         assert np.array_equal(ours.run(None, x)[0], theirs.run(None, x)[0])
 
 
+def test_the_u8_form_has_no_matvec_and_computes_what_the_qdq_model_computes(tiny, tmp_path):
+    """The u8 form (uint8 patches, per-tensor matmuls, the head on two rows): three integer
+    matmuls, no matvec (IREE's inner-tiled path fails on one); its byte-gather form, run by
+    onnxruntime, within one output step of the QDQ model (x · (1/s) for x / s in each
+    quantize: a step apart on an exact tie only)."""
+    import onnxruntime as ort
+    model = load_onnx(tiny)
+    rewritten, done, total = int8_convs_as_matmul(model, unsigned=True)
+    assert (done, total) == (2, 2)
+    assert {"Conv", "Gemm", "QuantizeLinear"}.isdisjoint(n.op_type for n in rewritten.graph.node)
+    assert integer_contractions(rewritten, tmp_path) == [3, 3, 3]
+    plain = with_byte_gathers(rewritten)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ours, theirs = (ort.InferenceSession(m.SerializeToString(), options,
+                                         providers=["CPUExecutionProvider"])
+                    for m in (plain, model))
+    out_dq = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    lsb = float(next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer
+                     if t.name == out_dq.input[1]))
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = {"image": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+        assert np.abs(ours.run(None, x)[0] - theirs.run(None, x)[0]).max() <= lsb * 1.001
+
+
 def test_a_grouped_convolution_is_left_as_it_is(tmp_path):
     model = load_onnx(qdq_model(tmp_path, depthwise=True))
     rewritten, done, total = int8_convs_as_matmul(model)

@@ -26,8 +26,27 @@ tiling's u8 × s8 matmuls ran ~3× slower than s8 × s8 (measured, same model).
 
 Each convolution's Transpose back to NCHW then moves past the per-tensor QuantizeLinear /
 DequantizeLinear / Relu after it (they commute with a transpose exactly) and cancels against
-the next convolution's Transpose to NHWC. The integer sums are exact, the float steps those of
-the QDQ model's definition: outputs stay within the golden tolerance of onnxruntime's.
+the next convolution's Transpose to NHWC; a mean (sum, max, min) over h and w becomes one over
+NHWC's axes (IREE read the NCHW view strided: 3 µs for the small CNN's 64 × 64). The integer
+sums are exact, the float steps those of the QDQ model's definition: outputs stay within the
+golden tolerance of onnxruntime's. Each per-tensor QuantizeLinear is written as
+rewrite_int8.py writes PyTorch's (x · (1/s), clip, rounded by ± 1.5·2²³: _fast_quantize).
+
+`=u8` (int8_convs_as_matmul(unsigned=True), x86 AVX-512 VNNI; the build adds
+`--iree-llvmcpu-enable-inner-tiled`): the patches as uint8 (int8 activations, onnxruntime's
+QInt8, flipped: + 128), so the matmuls are u8 × s8 on `vpdpbusd`, shaped as PT2E's u8 form
+(rewrite_int8._u8_linear, whose zero-point and helpers this shares): per-tensor matmuls with the
+per-channel scale and bias (onnxruntime's int32 bias, dequantized) as rows × cout constants,
+a nonzero zero point cancelled by extra taps of the zero-point row, and the one-row Gemm head
+on two copies of its row then their ReduceMax. Taken only when every contraction of the model
+has that form (u8_form); else the `on` form. IREE 3.13's inner-tiled path fails on a matvec
+and on a per-channel vector broadcast into a matmul's epilogue (rewrite_int8_matmul.py), the
+two things this form reshapes (last round's u8 attempt, per-channel with a one-row head,
+failed there, "tensor.expand_shape"; here a head as Concat → matmul → Slice still failed:
+IREE folds the slice back into a matvec, iteration sizes [10, 64], hence the ReduceMax).
+Small CNN, 1 thread, same run: `on` 0.092 ms, u8 0.086, u8 with the fast quantize and NHWC
+mean 0.076 (PT2E u8 0.072, onnxruntime QDQ 0.044). Cost: the rows × cout
+constants (module 159 → 306 KB; fp32 270 KB), as the PT2E u8 build's.
 """
 
 from __future__ import annotations
