@@ -8,8 +8,8 @@ with edgekit for `host` (the QDQ build takes IREE's ONNX input; its contractions
 integer), then time onnxruntime fp32, onnxruntime QDQ (optimized: its int8 kernels), IREE fp32
 and IREE int8 in ONE process, interleaved. With `--pt2e SET` (a flag set of
 bench/quantization_flags.py), also the PyTorch model quantized by edgekit (PT2E, calibrated)
-and built with that set (the ONNX QDQ build takes frontends/onnx_int8.py's rewrite, the `on`
-form; the PT2E build can take the `u8` forms).
+and built with that set (the ONNX QDQ build takes frontends/onnx_int8.py's rewrite: host's
+`u8` form on an AVX-512 VNNI CPU when every contraction has it, else `on`).
 
     python bench/onnx_qdq.py
     python bench/onnx_qdq.py --models small_cnn --json out.json
@@ -31,6 +31,24 @@ onnxruntime fp32 (3.3 ms: integer direct convolutions). The matmuls are at the b
 `vpdpwssd` (s8 × s8 data tiling, ~55 of the ~70 µs in dispatches); onnxruntime's kernels use
 u8 × s8 `vpdpbusd`. Transformer block — onnxruntime QDQ 0.073 ms, edgekit QDQ 0.058 ms
 (**0.80× onnxruntime QDQ**), 2.08× edgekit fp32 (0.028 ms).
+
+Issue 37, round 4 (small CNN, AVX-512 VNNI host, 1 thread, load ~8–11 on 2 cores).
+`nice python3 bench/onnx_qdq.py --models small_cnn --rounds 15 --per-call --pt2e
+int8-convs-as-u8-matmul+inner-tiled`: onnxruntime fp32 0.0655 ms (0.0075), onnxruntime QDQ
+0.0427 (0.0038); edgekit fp32 ONNX build 0.0912 (0.0087) = 1.39× onnxruntime fp32 (was ~4×);
+edgekit QDQ 0.0736 (0.0064) = 1.12× onnxruntime fp32, **1.72× onnxruntime QDQ** (was 2.12×),
+0.81× edgekit fp32; PT2E u8 0.0704 (0.0066) = 1.65×; module size QDQ / fp32 1.12× (the u8
+form's rows × cout epilogue constants). Before → after in ONE run (the builds made by the
+previous code and by this one, interleaved, 15 rounds, per call, spreads ≤ 0.006 ms):
+onnxruntime fp32 0.0694, QDQ 0.0440; PyTorch-source fp32 0.0978; ONNX fp32 0.2629 → 0.0939
+(IREE's ONNX input, NCHW convolutions → tosa tried first for a float model with
+convolutions, NHWC: frontends/onnx.py _first_lowerings; linalg, NCHW too, was 0.262); ONNX QDQ
+0.0922 (`on`, s8 × s8 on vpdpwssd) → 0.0779 (u8 × s8 through IREE's inner-tiled path,
+quantize steps as PT2E's fast form, the mean over NHWC axes: frontends/onnx_int8.py) = 2.10× →
+1.77× onnxruntime QDQ; PT2E u8 0.0747 (1.70×). ≤ 1.2× onnxruntime QDQ is not reached by
+either int8 path: the same kernels bound both (matmuls ~9–13 µs fastest call each at
+~240–360 GOP/s, the patches' encode dispatches ~11 µs, gathers ~5 µs;
+bench/dispatch_profile.py --recipe <the QDQ recipe>).
 """
 
 from __future__ import annotations

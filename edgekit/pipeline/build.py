@@ -85,8 +85,11 @@ def rewrite_flags(ctx: BackContext, exported: ExportedModel) -> tuple[str, ...]:
     mode = exported.quantization.mode if exported.quantization else None
     own = tuple(f for f in ctx.target.quantize_flags.get(mode, ()) if f.startswith(PREFIX)) \
         if mode else ()
-    if U8 in own and not vnni(ctx.target):
-        # the u8 form is for x86's u8 × s8 VNNI (`host` on a machine without it: the s8 form)
+    if U8 in own and (not vnni(ctx.target) or ctx.lowering not in ("auto", "torch")):
+        # the u8 form is for x86's u8 × s8 VNNI (`host` on a machine without it: the s8 form),
+        # through the torch lowering (IREE's inner-tiled path that it adds fails on tosa's
+        # batch matmuls: an int8 model asked through tosa is then refused for its float
+        # contractions, not for that)
         own = tuple(f"{PREFIX}int8-convs-as-matmul=on" if f == U8 else f for f in own)
     return (*own, *ctx.flags)
 

@@ -47,6 +47,20 @@ def test_an_onnx_recipe_builds_and_validates_against_onnxruntime(write_recipe, t
     assert validate_local(bundle.path).ok
 
 
+def test_a_float_onnx_cnn_takes_tosa_first_and_says_so(write_recipe, tmp_path):
+    """tosa's convolutions are NHWC; IREE's ONNX input keeps ONNX's NCHW ones, ~3× slower
+    (frontends/onnx.py: TOSA_FIRST_OPS)."""
+    from edgekit.examples.models import conv_mean
+    model, example = conv_mean()
+    export_onnx(model, example, tmp_path / "cm.onnx", names=("x",))
+    bundle = build(BuildOptions(recipe=write_recipe("name: cm\nmodel:\n  onnx: cm.onnx\n"),
+                                target="host")).bundle
+    lowering = bundle.manifest.lowering
+    assert lowering.used == "tosa" and [a.lowering for a in lowering.attempts] == ["tosa"]
+    assert "tosa (NHWC convolutions) tried first" in lowering.note
+    assert validate_local(bundle.path).ok
+
+
 def test_an_onnx_model_takes_irees_onnx_input_first_and_says_so(write_recipe, tmp_path):
     acos_graph(tmp_path / "acos.onnx")   # Acos: tosa cannot take it, IREE's ONNX input can
     result = build(BuildOptions(recipe=write_recipe("name: acos\nmodel:\n  onnx: acos.onnx\n"),

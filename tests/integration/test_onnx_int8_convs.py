@@ -117,6 +117,32 @@ def test_the_rewritten_graph_computes_what_the_qdq_model_computes(tiny):
         assert np.array_equal(ours.run(None, x)[0], theirs.run(None, x)[0])
 
 
+def test_the_u8_form_has_no_matvec_and_computes_what_the_qdq_model_computes(tiny, tmp_path):
+    """The u8 form (uint8 patches, per-tensor matmuls, the head on two rows): three integer
+    matmuls, no matvec (IREE's inner-tiled path fails on one); its byte-gather form, run by
+    onnxruntime, within one output step of the QDQ model (x · (1/s) for x / s in each
+    quantize: a step apart on an exact tie only)."""
+    import onnxruntime as ort
+    model = load_onnx(tiny)
+    rewritten, done, total = int8_convs_as_matmul(model, unsigned=True)
+    assert (done, total) == (2, 2)
+    assert {"Conv", "Gemm", "QuantizeLinear"}.isdisjoint(n.op_type for n in rewritten.graph.node)
+    assert integer_contractions(rewritten, tmp_path) == [3, 3, 3]
+    plain = with_byte_gathers(rewritten)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ours, theirs = (ort.InferenceSession(m.SerializeToString(), options,
+                                         providers=["CPUExecutionProvider"])
+                    for m in (plain, model))
+    out_dq = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    lsb = float(next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer
+                     if t.name == out_dq.input[1]))
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = {"image": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+        assert np.abs(ours.run(None, x)[0] - theirs.run(None, x)[0]).max() <= lsb * 1.001
+
+
 def test_a_grouped_convolution_is_left_as_it_is(tmp_path):
     model = load_onnx(qdq_model(tmp_path, depthwise=True))
     rewritten, done, total = int8_convs_as_matmul(model)
@@ -131,11 +157,14 @@ def test_a_qdq_cnn_builds_through_the_integer_matmuls_and_validates(tiny, tmp_pa
     recipe.write_text(f"name: tiny-qdq\nmodel: {{onnx: {tiny}}}\n")
     bundle = build(BuildOptions(recipe=recipe, target="host", out=tmp_path / "b")).bundle
     lowering, q = bundle.manifest.lowering, bundle.manifest.quantization
-    # host's int8 flags ask for `u8` on an AVX-512 VNNI CPU (`on` elsewhere): an ONNX graph
-    # takes the `on` form either way, and the note says so
+    # host's int8 flags ask for `u8` on an AVX-512 VNNI CPU (`on` elsewhere): every
+    # contraction here has the u8 form (the head: two rows), so it takes it with IREE's
+    # inner-tiled path, and the note says so
     assert ("2 of 2 int8 convolutions as int8 im2col + integer matmul (ONNX QDQ graph, "
             "--edgekit-int8-convs-as-matmul=") in lowering.note, lowering.note
-    assert "=on)" in lowering.note or "its `on` form" in lowering.note, lowering.note
+    assert "=on)" in lowering.note or (
+        "=u8); --iree-llvmcpu-enable-inner-tiled added" in lowering.note and
+        "--iree-llvmcpu-enable-inner-tiled" in bundle.manifest.compile_flags), lowering.note
     assert q.mode == "int8" and q.contractions.integer == q.contractions.total == 3
     assert validate_local(bundle.path).ok
     # the module reproduces onnxruntime's QDQ outputs within one step of the output's grid

@@ -60,8 +60,11 @@ def test_a_qdq_cnn_builds_integer_validates_and_compares_with_its_fp32_model(onn
     assert q.accuracy.reference == "fp32 ONNX model small_cnn.onnx"
     assert 0.95 < q.accuracy.outputs[0].min_cosine < 1.0
     # int8 weights are a quarter of fp32's; the module also carries its convolutions' patch
-    # index tables (23 KB, frontends/onnx_int8.py) and integer matmul kernels
-    assert results["int8"].size < 0.65 * results["fp32"].size
+    # index tables (23 KB, frontends/onnx_int8.py) and integer matmul kernels; the `u8` form
+    # (an AVX-512 VNNI host) also each matmul's scale and bias as rows × cout constants (the
+    # small CNN: 159 KB `on`, 306 KB u8; fp32 270 KB), as the PT2E build's u8 form does
+    u8 = "--iree-llvmcpu-enable-inner-tiled" in bundle.manifest.compile_flags
+    assert results["int8"].size < (1.2 if u8 else 0.65) * results["fp32"].size
     assert validate_local(bundle.path).ok
     # the compiled module reproduces the QDQ model (onnxruntime) within one output step
     import onnxruntime as ort

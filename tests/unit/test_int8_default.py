@@ -14,9 +14,10 @@ def _profile(tmp_path, features: str):
     return load_target(str(path))
 
 
-def _flags(target, flags=()):
+def _flags(target, flags=(), lowering="auto"):
     exported = SimpleNamespace(quantization=SimpleNamespace(mode="int8"))
-    return rewrite_flags(SimpleNamespace(target=target, flags=flags), exported)
+    return rewrite_flags(SimpleNamespace(target=target, flags=flags, lowering=lowering),
+                         exported)
 
 
 def test_u8_only_where_the_cpu_has_vnni(tmp_path):
@@ -27,6 +28,13 @@ def test_u8_only_where_the_cpu_has_vnni(tmp_path):
     assert _flags(without)[0] == "--edgekit-int8-convs-as-matmul=on"
     # a recipe's own flag comes after the profile's and wins
     assert _flags(without, (U8,))[-1] == U8
+
+
+def test_u8_only_through_the_torch_lowering(tmp_path):
+    with_vnni = _profile(tmp_path, "+avx512f,+avx512bw,+avx512vnni")
+    assert U8 in _flags(with_vnni, lowering="torch")
+    # tosa asked for: the s8 form (the inner-tiled flag u8 adds fails on tosa's batch matmuls)
+    assert _flags(with_vnni, lowering="tosa")[0] == "--edgekit-int8-convs-as-matmul=on"
 
 
 def test_arm_targets_keep_their_int8_form():

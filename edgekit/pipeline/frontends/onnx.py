@@ -3,7 +3,8 @@ signature; onnx_samples.py: random samples that fit the graph) with golden outpu
 onnxruntime, unoptimized, or the onnx reference evaluator; QDQ/QOperator recognition instead of
 quantizing (quantize/onnx_qdq.py); one graph rewrite, a QDQ model's int8 convolutions as
 integer matmuls (onnx_int8.py); torch-mlir's ONNX importer, whose ONNX form
-is what the `torch` lowering hands IREE's own ONNX input (tried first), each step in a child
+is what the `torch` lowering hands IREE's own ONNX input (tried first; tosa first for a float
+model with convolutions: _first_lowerings), each step in a child
 process."""
 
 from __future__ import annotations
@@ -222,16 +223,25 @@ class OnnxFrontend(Frontend[Model]):
         asked = parse_edgekit_flags(flags)  # the recipe and profile were checked on loading
         if not asked:
             return exported
-        program, notes = exported.program, []
+        program, notes, compile_flags = exported.program, [], ()
         as_matmul = asked.pop("int8-convs-as-matmul", None)
         quantized = exported.quantization is not None and exported.quantization.mode == "int8"
         if as_matmul is not None and quantized:
             from edgekit.pipeline.frontends.onnx_int8 import (int8_convs_as_matmul,
                                                               lowering_note)
-            program, rewritten, total = int8_convs_as_matmul(program)
-            if total:
-                notes.append(lowering_note(rewritten, total,
-                                           f"{PREFIX}int8-convs-as-matmul={as_matmul}"))
+            from edgekit.pipeline.rewrite import INNER_TILED
+            flag = f"{PREFIX}int8-convs-as-matmul={as_matmul}"
+            rewritten = total = 0
+            if as_matmul == "u8":   # only if every contraction takes it (onnx_int8.u8_form)
+                program, rewritten, total = int8_convs_as_matmul(program, unsigned=True)
+                if rewritten:
+                    compile_flags = () if INNER_TILED in flags else (INNER_TILED,)
+                    notes.append(lowering_note(rewritten, total, flag, unsigned=True)
+                                 + "".join(f"; {INNER_TILED} added" for _ in compile_flags))
+            if not rewritten:
+                program, rewritten, total = int8_convs_as_matmul(program)
+                if total:
+                    notes.append(lowering_note(rewritten, total, flag))
         elif as_matmul is not None:
             asked["int8-convs-as-matmul"] = as_matmul
         if asked:
@@ -240,7 +250,8 @@ class OnnxFrontend(Frontend[Model]):
         if not notes:
             return exported
         return dataclasses.replace(exported, program=program,
-                                   rewrites=(*exported.rewrites, *notes))
+                                   rewrites=(*exported.rewrites, *notes),
+                                   compile_flags=(*exported.compile_flags, *compile_flags))
 
     def dataset_reference(self, recipe: Recipe, exported: ExportedModel[Model], fp32: bool):
         """onnxruntime (or the reference evaluator) on the graph as built; for `fp32` and a
@@ -283,8 +294,8 @@ class OnnxFrontend(Frontend[Model]):
                 onnx_form if plain is graph else torch_mlir.import_onnx_form(plain)),
             convert_command="torch-mlir-opt -pass-pipeline='builtin.module(torch-onnx-to-"
                             "torch-backend-pipeline)' input.mlirbc",
-            first=() if _float64_signature(graph) else ("torch",),
-            first_note="ONNX model: IREE's own ONNX input tried first")
+            first=_first_lowerings(graph),
+            first_note=_first_note(graph))
 
     def graph_to_check(self, recipe: Recipe) -> tuple[Model, str]:
         """The graph as the build imports it: ops IREE cannot lower expanded (as `export`)."""
@@ -338,6 +349,36 @@ def _with_drawn_that_fit(ref, sets, notes):
         return [first], sets[:1], (*notes, f"{DRAWN_NONE} (drawn values change the outputs' "
                                            "shapes)")
     return [first, *more], sets, (*notes, drawn_note(len(more)))
+
+
+# A float model with convolutions takes tosa first (then IREE's ONNX input): tosa's
+# convolutions are NHWC, IREE's ONNX input keeps ONNX's NCHW ones, and IREE 3.13 runs those
+# ~3× slower. Small CNN fp32, host, 1 thread, same run (bench/onnx_qdq.py): IREE's ONNX input
+# 0.259 ms, linalg (NCHW too) 0.262, tosa 0.089 — the PyTorch build of the same model (tosa)
+# 0.093. A quantized model keeps IREE's ONNX input first (its contractions stay integer there).
+TOSA_FIRST_OPS = frozenset({"Conv"})
+
+
+def _first_lowerings(graph) -> tuple[str, ...]:
+    if _float64_signature(graph):
+        return ()
+    if _float_convolutions(graph):
+        return ("tosa", "torch")
+    return ("torch",)
+
+
+def _first_note(graph) -> str:
+    if _first_lowerings(graph) == ("tosa", "torch"):
+        return ("float ONNX model with convolutions: tosa (NHWC convolutions) tried first, "
+                "then IREE's own ONNX input")
+    return "ONNX model: IREE's own ONNX input tried first"
+
+
+def _float_convolutions(graph) -> bool:
+    """A model with a convolution and no quantization (QDQ or QOperator)."""
+    from edgekit.pipeline.frontends.onnx_float import is_quantized
+    return (any(n.op_type in TOSA_FIRST_OPS for n in graph.graph.node)
+            and not is_quantized(graph))
 
 
 def _float64_signature(model) -> bool:
