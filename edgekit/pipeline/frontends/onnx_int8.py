@@ -389,6 +389,14 @@ def _folded(name: str | None, graph: _Graph) -> np.ndarray | None:
 
 def _u8_operands(plan: dict, node, graph: _Graph) -> bool:
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    _, _, h, w = plan["x_shape"]
+    kh, kw = plan["wq"].shape[2:]
+    (top, left, bottom, right), (sh, sw) = plan["pads"], plan["strides"]
+    pixels = ((h + top + bottom - kh) // sh + 1) * ((w + left + right - kw) // sw + 1)
+    # the u8 form's pixels × cout epilogue constants: as small as the PT2E path's bound
+    from edgekit.pipeline.rewrite_int8 import U8_MAX_EPILOGUE
+    if pixels * plan["wq"].shape[0] > U8_MAX_EPILOGUE:
+        return False
     return (plan["x_zp"].dtype in (np.uint8, np.int8) and plan["wq"].dtype == np.int8 and
             not _nonzero(plan["w_zp"]) and int(np.abs(plan["wq"].astype(np.int32)).max()) <= 127
             and (bias is None or _folded(bias, graph) is not None))
