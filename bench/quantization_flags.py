@@ -30,6 +30,22 @@ transformer block host default (the `on` form: attention's batch matmuls have no
 1.16×, 0.49× (onnxruntime's QDQ is 2.0× its fp32); KWS MLP host default (u8) 0.63×, 1.08×.
 The u8 + global set fails on the transformer's and the MLP's linears (IREE 3.13:
 `tensor.expand_shape`).
+
+Transformer block, issue 37 round 4 (`--models transformer_block --modes fp32,int8,
+int8-all-matmuls --sets data-tiling,host-int8-default --qdq --rounds 15 --budget 10
+--per-call`, load 7–13 on 2 cores), int8 / its own fp32 (0.0278 ms): host default 0.0273 ms
+(0.0027) = **0.98×** (attention's activation × activation matmuls float, the new default:
+pipeline/quantize/int8.py); `int8-all-matmuls` (them int8, the cheap quantize rounding of
+rewrite_int8.py now applied without convolutions too) 0.0282 (0.0040) = 1.01×; onnxruntime QDQ
+0.0634 = 2.28×. The same command on the code before (/work/main, run right after): host
+default 1.21× (spread 0.071: noisy; the lead's idle run 1.16×). Other runs of this branch:
+0.99×, 0.95×; the cheap rounding alone (attention int8): 1.07×. Per dispatch (host, local-
+sync, fastest calls, bench/dispatch_profile.py): each layer norm + quantize 1.18 → 0.79 µs,
+softmax + quantize 1.94 → 1.47, the GELU linear 3.30 → 2.69, attention operand quantizes
+0.46 → 0.12 µs each; float attention drops 3 quantize, 2 encode and 2 zero-point-sum
+dispatches (27 → 20 a call; fp32 has 12: the int8 build's 8 encode dispatches are what is
+left). `host-int8-default+aggressive-fusion` (20 → 17 dispatches) measured 1.00× vs 0.95×
+without it in one run: no gain, not a default.
 """
 
 from __future__ import annotations
