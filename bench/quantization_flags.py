@@ -30,6 +30,22 @@ transformer block host default (the `on` form: attention's batch matmuls have no
 1.16×, 0.49× (onnxruntime's QDQ is 2.0× its fp32); KWS MLP host default (u8) 0.63×, 1.08×.
 The u8 + global set fails on the transformer's and the MLP's linears (IREE 3.13:
 `tensor.expand_shape`).
+
+Transformer block, issue 37 round 4 (`--models transformer_block --modes fp32,int8,
+int8-all-matmuls --sets data-tiling,host-int8-default --qdq --rounds 15 --budget 10
+--per-call`, load 7–13 on 2 cores), int8 / its own fp32 (0.0278 ms): host default 0.0273 ms
+(0.0027) = **0.98×** (attention's activation × activation matmuls float, the new default:
+pipeline/quantize/int8.py); `int8-all-matmuls` (them int8, the cheap quantize rounding of
+rewrite_int8.py now applied without convolutions too) 0.0282 (0.0040) = 1.01×; onnxruntime QDQ
+0.0634 = 2.28×. The same command on the code before (/work/main, run right after): host
+default 1.21× (spread 0.071: noisy; the lead's idle run 1.16×). Other runs of this branch:
+0.99×, 0.95×; the cheap rounding alone (attention int8): 1.07×. Per dispatch (host, local-
+sync, fastest calls, bench/dispatch_profile.py): each layer norm + quantize 1.18 → 0.79 µs,
+softmax + quantize 1.94 → 1.47, the GELU linear 3.30 → 2.69, attention operand quantizes
+0.46 → 0.12 µs each; float attention drops 3 quantize, 2 encode and 2 zero-point-sum
+dispatches (27 → 20 a call; fp32 has 12: the int8 build's 8 encode dispatches are what is
+left). `host-int8-default+aggressive-fusion` (20 → 17 dispatches) measured 1.00× vs 0.95×
+without it in one run: no gain, not a default.
 """
 
 from __future__ import annotations
@@ -69,6 +85,12 @@ FLAG_SETS = {
     # contraction takes the u8 form, else the `on` form (pipeline/rewrite.py: int8_as_matmul)
     "host-int8-default": ["--edgekit-int8-convs-as-matmul=u8", "--iree-opt-data-tiling",
                           "--iree-llvmcpu-enable-ukernels=all"],
+    # the same with IREE's aggressive dispatch fusion (transformer block: 20 -> 17 dispatches
+    # a call, the two layer-norm reductions of each norm in one; figures in the docstring)
+    "host-int8-default+aggressive-fusion": ["--edgekit-int8-convs-as-matmul=u8",
+                                            "--iree-opt-data-tiling",
+                                            "--iree-llvmcpu-enable-ukernels=all",
+                                            "--iree-dispatch-creation-enable-aggressive-fusion"],
     # u8 × s8 matmuls on IREE's inner-tiled data tiling: vpdpbusd (pipeline/rewrite_int8.py)
     "int8-convs-as-u8-matmul+inner-tiled": ["--edgekit-int8-convs-as-matmul=u8",
                                             "--iree-opt-data-tiling",
@@ -84,15 +106,18 @@ FLAG_SETS = {
                                                    "--iree-llvmcpu-enable-ukernels=all"],
 }
 INPUT_NAMES = {"small_cnn": "image", "transformer_block": "x", "kws_mlp": "mfcc"}
-MODES = ("fp32", "int8", "fp16")
+MODES = ("fp32", "int8", "fp16")   # and int8-all-matmuls (recipe_for)
 
 
 def recipe_for(model: str, mode: str, flags: list[str], directory: Path) -> Path:
     lines = [f"name: {model}-{mode}", f'model: {{python: "edgekit.examples.models:{model}"}}',
              f"compile: {{flags: [{', '.join(flags)}]}}"]
-    if mode == "int8":
+    if mode in ("int8", "int8-all-matmuls"):
+        # int8-all-matmuls: attention's activation × activation matmuls int8 too (not the
+        # default since issue 37 round 4: pipeline/quantize/int8.py)
+        extra = ", activation_matmuls: int8" if mode == "int8-all-matmuls" else ""
         lines.append(f'quantize: {{mode: int8, calibration: '
-                     f'"edgekit.examples.models:{model}_calibration"}}')
+                     f'"edgekit.examples.models:{model}_calibration"{extra}}}')
     elif mode != "fp32":
         lines.append(f"quantize: {mode}")
     path = directory / f"{model}-{mode}-{len(flags)}-{abs(hash(tuple(flags)))}.yaml"
@@ -137,7 +162,7 @@ def main() -> None:
         for mode in args.modes.split(","):
             for name in args.sets.split(","):
                 flags = FLAG_SETS[name]
-                if "int8" in name and mode != "int8":
+                if "int8" in name and not mode.startswith("int8"):
                     continue
                 key = f"{mode} {name}"
                 try:

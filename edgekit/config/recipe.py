@@ -304,6 +304,12 @@ class Quantize(Frozen):
         description="int8: keep the fewest layers in float that bring the dataset score "
                     "(`validation.dataset`) within this drop of the float model's, chosen by "
                     "measured error (`edgekit quantize search`); the fastest such build is built")
+    activation_matmuls: Literal["float", "int8"] = pydantic.Field(
+        default="float",
+        description="int8: matmuls of two computed operands (attention's scores and context, "
+                    "no weight) stay float by default: int8 there quantizes both operands on "
+                    "every call and saves no weight bytes (transformer block on host: slower "
+                    "than float, pipeline/quantize/int8.py); `int8` quantizes them too")
     keep_float: tuple[str, ...] | None = pydantic.Field(
         default=None,
         description="int8: module paths whose convolutions/linears/matmuls stay float (a "

@@ -161,6 +161,8 @@ class QuantizationNote(Frozen):
     calibration: str = ""             # source, and how many samples
     quantized_ops: int = 0            # contractions the quantizer gave int8 inputs
     allow_float_contractions: bool = False
+    # int8: matmuls of two computed operands left float (`quantize.activation_matmuls`)
+    float_matmuls: int = 0
     accuracy: AccuracyReport | None = None  # None: no fp32 reference (an ONNX QDQ model alone)
     lowering: str = ""                # the path the module took (set at compile)
     contractions: ContractionCensus | None = None

@@ -13,7 +13,9 @@ MLP = (f'name: mlp-block\nmodel: {{python: "{FIXTURES}.tiny_u8:mlp_block"}}\n'
 ATTENTION = (f'name: attention-block\n'
              f'model: {{python: "{FIXTURES}.tiny_u8:attention_block"}}\n'
              f'quantize: {{mode: int8, calibration: '
-             f'"{FIXTURES}.tiny_u8:attention_block_calibration"}}\n')
+             f'"{FIXTURES}.tiny_u8:attention_block_calibration", '
+             # its attention matmuls int8 too (not the default: pipeline/quantize/int8.py)
+             f'activation_matmuls: int8}}\n')
 MODELS = "edgekit.examples.models"
 CNN = (f'name: small-cnn\nmodel: {{python: "{MODELS}:small_cnn"}}\n'
        f'quantize: {{mode: int8, calibration: "{MODELS}:small_cnn_calibration"}}\n')

@@ -66,13 +66,24 @@ def test_int8_transformer_block_builds_with_integer_contractions(write_recipe, t
     bundle = build(BuildOptions(recipe=write_recipe(int8("transformer_block")),
                                 target=target)).bundle
     q = bundle.manifest.quantization
-    # qkv, attention scores, attention × values, projection, two MLP layers
-    assert q.contractions.integer == q.contractions.total == 6
+    # qkv, projection, two MLP layers integer; the attention scores and attention × values
+    # (two computed operands) stay float by default, and the manifest says so
+    assert q.quantized_ops == q.contractions.integer == 4 and q.contractions.total == 6
+    assert q.float_matmuls == 2 and not q.allow_float_contractions
     assert q.accuracy.outputs[0].min_cosine > 0.999
     if target == "host":
         assert validate_local(bundle.path).ok
     else:
         assert "--iree-llvmcpu-target-cpu=cortex-a72" in bundle.manifest.compile_flags
+
+
+def test_attention_matmuls_are_integer_when_the_recipe_asks(write_recipe, tmp_path):
+    bundle = build(BuildOptions(recipe=write_recipe(int8("transformer_block",
+                                                         ", activation_matmuls: int8")),
+                                target="host", out=tmp_path / "b", use_tuned=False)).bundle
+    q = bundle.manifest.quantization
+    assert q.contractions.integer == q.contractions.total == 6 and q.float_matmuls == 0
+    assert validate_local(bundle.path).ok
 
 
 def test_a_lowering_that_computes_in_float_is_refused_as_int8(write_recipe):

@@ -6,6 +6,17 @@ What gets quantized is exactly the inputs of contractions (convolutions, linear 
 matmuls): weights symmetric int8 (per channel by default), activations affine int8 per tensor.
 Outputs stay float, so every contraction reads int8 and the rest of the graph is unchanged;
 IREE's global optimization turns dequantize → contraction into int8×int8→int32 arithmetic.
+
+A matmul of two computed operands (attention's scores q·kᵀ and context attn·v) stays float
+unless the recipe says `quantize.activation_matmuls: int8`: int8 there quantizes BOTH operands
+on every call (a dispatch each, plus IREE's zero-point row/column sums and per-operand encode
+dispatches) and has no weight whose bytes int8 would save, so it pays only where its MACs
+dwarf those steps. Transformer block (EncoderLayer(64, 4, 128), 16 tokens; host, local-sync,
+fastest calls): the two 4×16×16×16 matmuls int8 cost 0.42 + 0.31 µs plus 3 quantize, 4
+encode and 2 zero-point-sum dispatches (~1 µs more, 9 more dispatches); float 0.21 + 0.33 µs.
+Whole block, 1 thread (bench/quantization_flags.py): int8 with them int8 vs float — see that
+docstring. The manifest counts them (`quantization.float_matmuls`); the contraction check
+expects exactly those float (pipeline/lower.py).
 """
 
 from __future__ import annotations
@@ -84,7 +95,8 @@ def _kept_float(node: torch.fx.Node, keep_float: frozenset[str]) -> bool:
                                  or ("" in keep_float and not module_paths(node)))
 
 
-def _quantizer(per_channel: bool, weights_only: bool, keep_float: frozenset[str] = frozenset()):
+def _quantizer(per_channel: bool, weights_only: bool, keep_float: frozenset[str] = frozenset(),
+               activation_matmuls: bool = False):
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, Quantizer
     activation, weight = _specs(per_channel)
 
@@ -100,7 +112,8 @@ def _quantizer(per_channel: bool, weights_only: bool, keep_float: frozenset[str]
                     specs[node.args[weight_index]] = weight
                     if not weights_only:
                         specs[node.args[act_index]] = activation
-                elif not weights_only:  # activation × activation (attention)
+                elif not weights_only and (activation_matmuls or _has_constant(node)):
+                    # activation × activation (attention): only when asked for (module doc)
                     specs = {node.args[0]: activation, node.args[1]: activation}
                 if specs:
                     node.meta["quantization_annotation"] = QuantizationAnnotation(
@@ -113,6 +126,10 @@ def _quantizer(per_channel: bool, weights_only: bool, keep_float: frozenset[str]
     return ContractionInputsQuantizer()
 
 
+def _has_constant(node: torch.fx.Node) -> bool:
+    return any(_is_constant(a) for a in node.args[:2])
+
+
 def _is_constant(node) -> bool:
     """A weight: a parameter/buffer read (`get_attr`) rather than a computed activation."""
     return isinstance(node, torch.fx.Node) and node.op == "get_attr"
@@ -120,7 +137,8 @@ def _is_constant(node) -> bool:
 
 def quantize_graph(graph: torch.fx.GraphModule, calibration: Iterable[tuple[torch.Tensor, ...]],
                    per_channel: bool, weights_only: bool,
-                   keep_float: frozenset[str] = frozenset()) -> torch.fx.GraphModule:
+                   keep_float: frozenset[str] = frozenset(),
+                   activation_matmuls: bool = False) -> torch.fx.GraphModule:
     """Annotate (but not the layers inside `keep_float`'s modules), observe the calibration
     batches (none needed for weights only), convert. String-padded convolutions (`padding=
     "same"`) become explicit ones first, in place."""
@@ -128,7 +146,8 @@ def quantize_graph(graph: torch.fx.GraphModule, calibration: Iterable[tuple[torc
     explicit_conv_padding(graph)
     with _quiet_torchao():
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-        prepared = prepare_pt2e(graph, _quantizer(per_channel, weights_only, keep_float))
+        prepared = prepare_pt2e(graph, _quantizer(per_channel, weights_only, keep_float,
+                                                  activation_matmuls))
         with torch.no_grad():
             for batch in calibration:
                 prepared(*batch)
@@ -145,4 +164,20 @@ def quantized_contractions(graph: torch.fx.GraphModule) -> int:
                    and getattr(a.target, "__name__", "").split(".")[0] in dequantize
                    for a in node.args[:2]):
                 count += 1
+    return count
+
+
+def float_activation_matmuls(graph: torch.fx.GraphModule) -> int:
+    """How many matmuls of two computed operands (no weight) read no dequantized operand: the
+    ones `quantize.activation_matmuls: float` left float."""
+    count = 0
+    for node in graph.graph.nodes:
+        roles = _CONTRACTIONS.get(node.target) if node.op == "call_function" else None
+        if roles is None or roles[1] is not None:
+            continue
+        operands = [a for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+        if not _has_constant(node) and not any(
+                getattr(a.target, "__name__", "").startswith("dequantize_per")
+                for a in operands if a.op == "call_function"):
+            count += 1
     return count

@@ -51,12 +51,14 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
         calibration = [] if weights_only else calibration_samples(recipe, exported.inputs)
         # weight observers see the weights on any forward pass: one golden sample will do
         observed = calibration or [exported.samples]
-        from edgekit.pipeline.quantize.int8 import quantize_graph, quantized_contractions
+        from edgekit.pipeline.quantize.int8 import (float_activation_matmuls, quantize_graph,
+                                                    quantized_contractions)
         keep_float = _checked_keep_float(recipe, exported.program.module())
         try:
             graph = quantize_graph(exported.program.module(), as_batches(observed),
                                    per_channel=quantize.weights == "per-channel",
-                                   weights_only=weights_only, keep_float=keep_float)
+                                   weights_only=weights_only, keep_float=keep_float,
+                                   activation_matmuls=quantize.activation_matmuls == "int8")
         except Exception as exc:  # torchao raises many kinds on graphs it cannot annotate
             raise QuantizationError(f"{quantize.mode}: quantizing the graph failed: "
                                     f"{type(exc).__name__}: {exc}", where="stage quantize") \
@@ -66,6 +68,7 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
             raise QuantizationError(f"{quantize.mode}: the model has no convolution, linear or "
                                     "matmul to quantize", where="stage quantize",
                                     hint="drop `quantize:` (nothing would change)")
+        float_matmuls = 0 if weights_only else float_activation_matmuls(graph)
         program = _reexport(recipe, graph, exported)
         reference = graph_runner(graph)
         digest = program_digest(program)
@@ -73,6 +76,7 @@ def quantized_program(recipe: Recipe, exported: ExportedModel[torch.export.Expor
             mode=quantize.mode, weights=quantize.weights or "", quantized_ops=count,
             # the layers kept float are float contractions the census is to expect
             allow_float_contractions=quantize.allow_float_contractions or bool(keep_float),
+            float_matmuls=float_matmuls,
             calibration=(f"{quantize.calibration} ({len(calibration)} samples)"
                          if calibration else ""),
             float_layers=float_layers(quantize), search=quantize.search)
