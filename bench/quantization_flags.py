@@ -30,6 +30,20 @@ transformer block host default (the `on` form: attention's batch matmuls have no
 1.16×, 0.49× (onnxruntime's QDQ is 2.0× its fp32); KWS MLP host default (u8) 0.63×, 1.08×.
 The u8 + global set fails on the transformer's and the MLP's linears (IREE 3.13:
 `tensor.expand_shape`).
+
+Small CNN int8, host default (u8), where the time goes (issue 37, round 4; loaded machine, load
+~8 on 2 cores, so only the split is meant, not the totals): `python3 bench/dispatch_profile.py
+--recipe recipes/small_cnn_int8.yaml --no-onnxruntime --iterations 50` → 17 dispatches, wall
+~0.07 ms, 82 % in dispatches; fastest µs: matmuls 64x64x576 12, 256x32x144 8, 64x64x288 8,
+256x16x44 3 (31 µs, half the module; the u8 inner-tiled LHS tile is 29 rows, so the two 64-row
+matmuls compute 87); LHS encodes 5/4/3/1 (13 µs); i64 patch gathers 3/2/1; input quantize 1;
+mean pool + head < 1.5. The 1.2× ORT QDQ target (~45 µs) needs both the encodes gone (fused
+into the gather, which IREE 3.13 then makes scalar) and the 29-row waste gone — both inside
+IREE's data tiling. Extra flags on top of the default (`--variant torch/default --flag=F`),
+each left the dispatch list and the per-dispatch times unchanged (same 17 dispatches, within
+noise): --iree-dispatch-creation-enable-aggressive-fusion,
+--iree-opt-aggressively-propagate-transposes, --iree-llvmcpu-enable-llvm-ukernels=inner_tiled,
+--iree-dispatch-creation-experimental-multi-use-encoding-fusion.
 """
 
 from __future__ import annotations
