@@ -43,7 +43,8 @@ IREE's data tiling. Extra flags on top of the default (`--variant torch/default 
 each left the dispatch list and the per-dispatch times unchanged (same 17 dispatches, within
 noise): --iree-dispatch-creation-enable-aggressive-fusion,
 --iree-opt-aggressively-propagate-transposes, --iree-llvmcpu-enable-llvm-ukernels=inner_tiled,
---iree-dispatch-creation-experimental-multi-use-encoding-fusion.
+--iree-dispatch-creation-experimental-multi-use-encoding-fusion,
+--iree-global-opt-enable-early-materialization.
 Splitting each 64-row u8 linear into rows 0:58 + 58:64 (two linears, concatenated; to fit the
 29-row tile) did not keep the u8 form: the build came out as the s8 mmt4d form (its 256x16x36
 first matmul, a matvec head). That build, another run, same load: matmuls 22/14/11/3 µs but LHS
