@@ -46,6 +46,25 @@ softmax + quantize 1.94 → 1.47, the GELU linear 3.30 → 2.69, attention opera
 dispatches (27 → 20 a call; fp32 has 12: the int8 build's 8 encode dispatches are what is
 left). `host-int8-default+aggressive-fusion` (20 → 17 dispatches) measured 1.00× vs 0.95×
 without it in one run: no gain, not a default.
+Small CNN int8, host default (u8), where the time goes (issue 37, round 4; loaded machine, load
+~8 on 2 cores, so only the split is meant, not the totals): `python3 bench/dispatch_profile.py
+--recipe recipes/small_cnn_int8.yaml --no-onnxruntime --iterations 50` → 17 dispatches, wall
+~0.07 ms, 82 % in dispatches; fastest µs: matmuls 64x64x576 12, 256x32x144 8, 64x64x288 8,
+256x16x44 3 (31 µs, half the module; the u8 inner-tiled LHS tile is 29 rows, so the two 64-row
+matmuls compute 87); LHS encodes 5/4/3/1 (13 µs); i64 patch gathers 3/2/1; input quantize 1;
+mean pool + head < 1.5. The 1.2× ORT QDQ target (~45 µs) needs both the encodes gone (fused
+into the gather, which IREE 3.13 then makes scalar) and the 29-row waste gone — both inside
+IREE's data tiling. Extra flags on top of the default (`--variant torch/default --flag=F`),
+each left the dispatch list and the per-dispatch times unchanged (same 17 dispatches, within
+noise): --iree-dispatch-creation-enable-aggressive-fusion,
+--iree-opt-aggressively-propagate-transposes, --iree-llvmcpu-enable-llvm-ukernels=inner_tiled,
+--iree-dispatch-creation-experimental-multi-use-encoding-fusion,
+--iree-global-opt-enable-early-materialization.
+Splitting each 64-row u8 linear into rows 0:58 + 58:64 (two linears, concatenated; to fit the
+29-row tile) did not keep the u8 form: the build came out as the s8 mmt4d form (its 256x16x36
+first matmul, a matvec head). That build, another run, same load: matmuls 22/14/11/3 µs but LHS
+packs only 1/2/1/0 µs (pack ukernel) — the inner-tiled encodes (5/4/3/1) are the slow part of
+the u8 form, not the matmuls.
 """
 
 from __future__ import annotations
