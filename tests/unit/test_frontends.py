@@ -17,7 +17,7 @@ PIPELINE = Path(__file__).resolve().parents[2] / "edgekit" / "pipeline"
 # What knows the source kind: the frontends, their quantization hooks (PT2E, ONNX QDQ), and the
 # PyTorch frontend's graph rewrites.
 KIND_AWARE = ("frontends", "quantize", "rewrite.py", "rewrite_softmax.py", "rewrite_int8.py",
-              "rewrite_int8_matmul.py",
+              "rewrite_int8_matmul.py", "rewrite_int8_depthwise.py",
               "rewrite_tosa.py")
 SOURCE_KIND_NAMES = ("onnx", "exportedprogram", "modelproto")  # in any identifier
 # (`torch` alone is PyTorch; torch_mlir and torch_bytecode are the torch-backend dialect that
