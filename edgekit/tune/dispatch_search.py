@@ -44,8 +44,8 @@ from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
 from edgekit.toolchain.iree_profile import dispatch_groups, profiled_run
 from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
-                                           set_digest, weights_once, wide_accumulators,
-                                           with_levels)
+                                           set_digest, two_vector_tiles, weights_once,
+                                           wide_accumulators, with_levels)
 
 DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
 # IREE inlines small constants (a tiny model's weights, a bias) into dispatches as
@@ -144,9 +144,11 @@ class RuleSet:
 
 # The rule-made candidates (dispatch_configs): each edits every dispatch it applies to at once,
 # and is measured whole against the variant (no screening: a rule is one candidate).
-RULES = {"weights-once": weights_once, "wide-accumulators": wide_accumulators}
+RULES = {"weights-once": weights_once, "wide-accumulators": wide_accumulators,
+         "two-vector-tiles": two_vector_tiles}
 RULE_NOTES = {"weights-once": "RHS streamed once (all LHS rows per workgroup)",
-              "wide-accumulators": "matrix-vector products with 8-vector register tiles"}
+              "wide-accumulators": "matrix-vector products with 8-vector register tiles",
+              "two-vector-tiles": "matmuls with register tiles two vectors wide"}
 
 
 def rule_set(rule: str, configured: list[ConfiguredDispatch], base: Variant, work: Path
