@@ -20,8 +20,10 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
    whole model's), keep each dispatch's best tiles when they beat the compiler's by
    SCREEN_GAIN, and combine them into one set. On a device: every candidate goes on.
    Beside the search, rule-made candidates (RULES: "weights once" for data-tiled matmuls of
-   few rows, "wide accumulators" for matrix-vector products) edit every dispatch they apply
-   to at once; each is measured whole, and with the winners.
+   few rows, "wide accumulators" for matrix-vector products, "two-vector tiles" for matmuls
+   of 7-8 rows by one vector) edit every dispatch they apply to at once; each is measured
+   whole, and with the winners; a rule's edit of each dispatch is screened beside the
+   searched tiles too, so that dispatch keeps the faster.
 5. Measure what is left against the chosen variant as the tuner measures everything
    (validated, interleaved rounds, same thread count) and take it only if it clearly beats
    the variant round by round (tuner.clearly_faster).
@@ -301,6 +303,14 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                   in enumerate(shared_builds(candidates, searched), start=1)]
         built = [(c, bundle) for _, members, bundle in shared if bundle is not None
                  for c in members]
+        # a rule's edit of each dispatch is screened with the searched tiles too, so a
+        # dispatch keeps whichever is fastest (MobileNetV2-like: the screened distribution
+        # tiles of its 49-row projections beat the compiler's, two-vector tiles beat both)
+        by_executable = {d.executable: d for d in configured}
+        built += [(Candidate(r.variant, by_executable[e], {e: text}, f"{e}:{name}"), b)
+                  for name, r in rules.items() if "+" not in name
+                  for variant, b, _ in rules_built if variant == r.variant
+                  for e, text in r.files.items()]
         if here and costs and screen_base is not None:
             winners, notes = screen(screen_base, built, work, chosen.threads, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])
