@@ -174,6 +174,19 @@ def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: 
     return rule_set("weights-once", configured, base, work)
 
 
+def rule_candidates(rules: dict[str, RuleSet], rules_built: list, configured: list
+                    ) -> list[tuple[Candidate, Bundle]]:
+    """(candidate, the rule's build) for each dispatch each single rule edits: screened with
+    the searched tiles, so a dispatch keeps whichever is fastest (MobileNetV2-like: screened
+    distribution tiles of its 49-row projections beat the compiler's, two-vector tiles beat
+    both). `rules_built`: (variant, bundle, note) of the rules that built."""
+    by_executable = {d.executable: d for d in configured}
+    return [(Candidate(r.variant, by_executable[e], {e: text}, f"{e}:{name}"), bundle)
+            for name, r in rules.items() if "+" not in name
+            for variant, bundle, _ in rules_built if variant == r.variant
+            for e, text in r.files.items() if e in by_executable]
+
+
 def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
     """`base` with these substituted executables (stored by content digest)."""
     digest = set_digest(files)
@@ -303,14 +316,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                   in enumerate(shared_builds(candidates, searched), start=1)]
         built = [(c, bundle) for _, members, bundle in shared if bundle is not None
                  for c in members]
-        # a rule's edit of each dispatch is screened with the searched tiles too, so a
-        # dispatch keeps whichever is fastest (MobileNetV2-like: the screened distribution
-        # tiles of its 49-row projections beat the compiler's, two-vector tiles beat both)
-        by_executable = {d.executable: d for d in configured}
-        built += [(Candidate(r.variant, by_executable[e], {e: text}, f"{e}:{name}"), b)
-                  for name, r in rules.items() if "+" not in name
-                  for variant, b, _ in rules_built if variant == r.variant
-                  for e, text in r.files.items()]
+        built += rule_candidates(rules, rules_built, configured)
         if here and costs and screen_base is not None:
             winners, notes = screen(screen_base, built, work, chosen.threads, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])

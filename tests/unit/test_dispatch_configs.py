@@ -232,6 +232,31 @@ def test_the_kth_tiles_of_every_dispatch_share_one_build(tmp_path, monkeypatch):
     assert dispatch_search.shared_builds([a0], base) == [(a0.variant, [a0])]
 
 
+def test_each_dispatch_a_rule_edits_is_screened_as_a_candidate_of_its_own(tmp_path,
+                                                                          monkeypatch):
+    from edgekit.pipeline.build import Variant
+    from edgekit.tune import dispatch_search
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path))
+    base = Variant("tosa", "default", ())
+    dispatches = [ConfiguredDispatch(executable=e, function=f"{e}_matmul_8x8x8_f32",
+                                     root_name="linalg.batch_matmul", levels=MATMUL,
+                                     lowering_config="", translation_info="", source="")
+                  for e in ("d1", "d2", "d3")]
+    files = {"d1": "d1 two vectors", "d3": "d3 two vectors"}
+    rule = dispatch_search.RuleSet(dispatch_search.with_configs(base, files, "two-vector-tiles"),
+                                   files, {e: f"{e}_matmul_8x8x8_f32" for e in files})
+    both = dispatch_search.RuleSet(dispatch_search.with_configs(base, files, "a+b"), files, {})
+    built = [(rule.variant, "rule bundle", "note"), (both.variant, "both bundle", "note")]
+    got = dispatch_search.rule_candidates({"two-vector-tiles": rule, "a+b": both}, built,
+                                          dispatches)
+    # one per edited dispatch, all timed in the rule's own build; combined rules add none
+    assert [(c.label, c.files, c.dispatch.executable, b) for c, b in got] == [
+        ("d1:two-vector-tiles", {"d1": "d1 two vectors"}, "d1", "rule bundle"),
+        ("d3:two-vector-tiles", {"d3": "d3 two vectors"}, "d3", "rule bundle")]
+    # a rule that did not build has nothing to screen
+    assert dispatch_search.rule_candidates({"two-vector-tiles": rule}, [], dispatches) == []
+
+
 def test_only_executables_a_bundle_may_carry_are_searched():
     from edgekit.tune.dispatch_search import carriable
     assert carriable("main_dispatch_12")
