@@ -196,6 +196,57 @@ def wide_accumulators(root_name: str, levels: Levels,
                  for name, sizes in levels)
 
 
+# The "two-vector tiles" move (measured on MobileNetV2-like, tosa, pointwise-as-matmul, AVX-512,
+# 1 thread, HAL profile, fastest call): without data tiling IREE gives an f32 matmul (its 1x1
+# convolutions as batch_matmul or matmul-like generics) a register tile of 7-8 rows by ONE
+# vector of output channels, 7-8 accumulators: each step of the reduction broadcasts 7-8 LHS
+# values for 7-8 FMAs, and the FMAs wait on each other. Two vectors across the channels (14-16
+# accumulators, the same broadcasts feeding twice the FMAs): its 49-row projections 0.616 ->
+# 0.306 ms (49x160x960), 0.603 -> 0.319 (49x320x960), 0.596 -> 0.475 (49x1280x320), the
+# 196-row ones 0.407 -> 0.306; the dispatches' sum 7.92 -> 6.56 ms. Four vectors (28
+# accumulators, /tmp experiment): 9.67 ms, spills (the 56x56 expand 0.17 -> 0.92 ms).
+TWO_VECTOR_MAX_ROWS = 8
+TWO_VECTOR_MAX_LANES = 256      # rows x columns of the widened tile: 16 AVX-512 accumulators
+
+
+def two_vector_tiles(root_name: str, levels: Levels,
+                     operand_shapes: tuple[tuple[int, ...], ...]) -> Levels | None:
+    """The tile sizes of a matmul (`linalg.matmul`, `linalg.batch_matmul`, or a matmul-like
+    `linalg.generic`: one reduced loop, innermost) whose register tile is several rows by one
+    vector on the output's last (channel) dimension (at most 8 rows, 256 lanes once widened),
+    with that tile two vectors wide and its
+    distribution tile a multiple of it; None when the move does not apply (a matrix-vector
+    product, other vectors, columns not a multiple of two vectors, a convolution)."""
+    if root_name not in ("linalg.matmul", "linalg.batch_matmul", "linalg.generic"):
+        return None
+    table = dict(levels)
+    dist, vec = table.get("distribution"), table.get("vector_common_parallel")
+    red = table.get("vector_reduction")
+    if not dist or not vec or not red or len(operand_shapes) < 3:
+        return None
+    out = operand_shapes[-1]
+    loops = len(vec)
+    # parallel loops = the output's dims, then one reduction loop (a convolution has more)
+    if len(dist) != loops or len(red) != loops or len(out) != loops - 1 \
+            or [i for i, r in enumerate(red) if r] != [loops - 1] or vec[-1] or dist[-1]:
+        return None
+    n = loops - 2                       # the output's last dimension: its channels
+    step, cols = vec[n], out[-1]
+    rows = math.prod(v for i, v in enumerate(vec[:n]) if v > 1)
+    if step <= 1 or not 1 < rows <= TWO_VECTOR_MAX_ROWS or cols % (2 * step) or not dist[n] \
+            or rows * 2 * step > TWO_VECTOR_MAX_LANES:
+        return None
+    wide = 2 * step
+    new_dist_n = -(-max(dist[n], wide) // wide) * wide
+    if cols % new_dist_n:
+        new_dist_n = wide
+    new_dist = dist[:n] + (new_dist_n,) + dist[n + 1:]
+    new_vec = vec[:n] + (wide,) + vec[n + 1:]
+    return tuple((name, new_dist if name == "distribution" else
+                  new_vec if name == "vector_common_parallel" else sizes)
+                 for name, sizes in levels)
+
+
 def _vector_moves(dist: tuple[int, ...], vec: tuple[int, ...]):
     """(register tile moved to another distributed loop, spread over two, widest halved).
     The compiler vectorizes one loop, often the innermost output loop; when that loop reads

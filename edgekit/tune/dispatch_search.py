@@ -20,8 +20,10 @@ sizes for the N dispatches that cost the most, starting from what the compiler c
    whole model's), keep each dispatch's best tiles when they beat the compiler's by
    SCREEN_GAIN, and combine them into one set. On a device: every candidate goes on.
    Beside the search, rule-made candidates (RULES: "weights once" for data-tiled matmuls of
-   few rows, "wide accumulators" for matrix-vector products) edit every dispatch they apply
-   to at once; each is measured whole, and with the winners.
+   few rows, "wide accumulators" for matrix-vector products, "two-vector tiles" for matmuls
+   of 7-8 rows by one vector) edit every dispatch they apply to at once; each is measured
+   whole, and with the winners; a rule's edit of each dispatch is screened beside the
+   searched tiles too, so that dispatch keeps the faster.
 5. Measure what is left against the chosen variant as the tuner measures everything
    (validated, interleaved rounds, same thread count) and take it only if it clearly beats
    the variant round by round (tuner.clearly_faster).
@@ -44,8 +46,8 @@ from edgekit.toolchain import iree
 from edgekit.toolchain.iree_configs import ConfiguredDispatch, read_configured
 from edgekit.toolchain.iree_profile import dispatch_groups, profiled_run
 from edgekit.tune.dispatch_configs import (candidate_levels, flop_count, hot_dispatches,
-                                           set_digest, weights_once, wide_accumulators,
-                                           with_levels)
+                                           set_digest, two_vector_tiles, weights_once,
+                                           wide_accumulators, with_levels)
 
 DUMP_FLAG = "--iree-hal-dump-executable-configurations-to="
 # IREE inlines small constants (a tiny model's weights, a bias) into dispatches as
@@ -144,9 +146,11 @@ class RuleSet:
 
 # The rule-made candidates (dispatch_configs): each edits every dispatch it applies to at once,
 # and is measured whole against the variant (no screening: a rule is one candidate).
-RULES = {"weights-once": weights_once, "wide-accumulators": wide_accumulators}
+RULES = {"weights-once": weights_once, "wide-accumulators": wide_accumulators,
+         "two-vector-tiles": two_vector_tiles}
 RULE_NOTES = {"weights-once": "RHS streamed once (all LHS rows per workgroup)",
-              "wide-accumulators": "matrix-vector products with 8-vector register tiles"}
+              "wide-accumulators": "matrix-vector products with 8-vector register tiles",
+              "two-vector-tiles": "matmuls with register tiles two vectors wide"}
 
 
 def rule_set(rule: str, configured: list[ConfiguredDispatch], base: Variant, work: Path
@@ -168,6 +172,19 @@ def weights_once_set(configured: list[ConfiguredDispatch], base: Variant, work: 
                      ) -> RuleSet | None:
     """rule_set's "weights once" (dispatch_configs.weights_once): every data-tiled matmul."""
     return rule_set("weights-once", configured, base, work)
+
+
+def rule_candidates(rules: dict[str, RuleSet], rules_built: list, configured: list
+                    ) -> list[tuple[Candidate, Bundle]]:
+    """(candidate, the rule's build) for each dispatch each single rule edits: screened with
+    the searched tiles, so a dispatch keeps whichever is fastest (MobileNetV2-like: screened
+    distribution tiles of its 49-row projections beat the compiler's, two-vector tiles beat
+    both). `rules_built`: (variant, bundle, note) of the rules that built."""
+    by_executable = {d.executable: d for d in configured}
+    return [(Candidate(r.variant, by_executable[e], {e: text}, f"{e}:{name}"), bundle)
+            for name, r in rules.items() if "+" not in name
+            for variant, bundle, _ in rules_built if variant == r.variant
+            for e, text in r.files.items() if e in by_executable]
 
 
 def with_configs(base: Variant, files: dict[str, str], label: str) -> Variant:
@@ -299,6 +316,7 @@ def search_dispatches(options, target, chosen, say) -> tuple[object, list]:
                   in enumerate(shared_builds(candidates, searched), start=1)]
         built = [(c, bundle) for _, members, bundle in shared if bundle is not None
                  for c in members]
+        built += rule_candidates(rules, rules_built, configured)
         if here and costs and screen_base is not None:
             winners, notes = screen(screen_base, built, work, chosen.threads, say)
             results += [tuner._result(c.variant, chosen.threads, "screened-out", notes[c.label])

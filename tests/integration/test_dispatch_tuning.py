@@ -93,6 +93,25 @@ def test_wide_accumulators_widen_the_kws_mlps_matrix_vector_products(tmp_path):
     assert report.ok, report
 
 
+def test_two_vector_tiles_widen_an_inverted_residuals_expansion_and_it_validates(
+        write_recipe, tmp_path):
+    recipe = write_recipe('name: dispatch-2v\nmodel:\n  python: "@TINY@:inverted_residual"\n')
+    base = Variant("tosa", "pointwise-as-matmul", ("--edgekit-pointwise-as-matmul=on",))
+    _, configured = configured_dispatches(TuneOptions(recipe=recipe, target="host"), base,
+                                          tmp_path / "dump")
+    rule = rule_set("two-vector-tiles", configured, base, tmp_path)
+    # the 16 -> 64 expansion (14x14 pixels, 64 columns); the 64 -> 16 projection has one
+    # vector of columns, and the depthwise convolution is no matmul
+    assert [f.split("_dispatch_")[1].split("_", 1)[1] for f in rule.functions.values()] == \
+        ["matmul_like_14x14x64x16_f32"], rule.functions
+    assert all(", 32, 0]" in t for t in rule.files.values())
+    _, before = codegen(recipe, "host", base, tmp_path / "a")
+    tuned, after = codegen(recipe, "host", rule.variant, tmp_path / "b")
+    assert after and after != before
+    report = validate_local(tuned.path)
+    assert report.ok, report
+
+
 def test_the_hal_profile_runs_with_the_thread_count_being_tuned(write_recipe, tmp_path):
     # a 2-thread budget's search ranks and screens dispatches as two workers run them: the
     # workers' time in a dispatch's tiles then exceeds its wall time (two at once), which one

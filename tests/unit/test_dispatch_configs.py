@@ -6,8 +6,8 @@ import pytest
 from edgekit.config.edgekit_flags import parse_edgekit_flags
 from edgekit.toolchain.iree_configs import ConfiguredDispatch
 from edgekit.tune.dispatch_configs import (candidate_levels, hot_dispatches, lowering_config,
-                                           set_digest, weights_once, wide_accumulators,
-                                           with_levels)
+                                           set_digest, two_vector_tiles, weights_once,
+                                           wide_accumulators, with_levels)
 
 MATMUL = (("distribution", (64, 64, 0)), ("vector_common_parallel", (8, 16, 0)),
           ("vector_reduction", (0, 0, 16)))
@@ -232,6 +232,31 @@ def test_the_kth_tiles_of_every_dispatch_share_one_build(tmp_path, monkeypatch):
     assert dispatch_search.shared_builds([a0], base) == [(a0.variant, [a0])]
 
 
+def test_each_dispatch_a_rule_edits_is_screened_as_a_candidate_of_its_own(tmp_path,
+                                                                          monkeypatch):
+    from edgekit.pipeline.build import Variant
+    from edgekit.tune import dispatch_search
+    monkeypatch.setenv("EDGEKIT_HOME", str(tmp_path))
+    base = Variant("tosa", "default", ())
+    dispatches = [ConfiguredDispatch(executable=e, function=f"{e}_matmul_8x8x8_f32",
+                                     root_name="linalg.batch_matmul", levels=MATMUL,
+                                     lowering_config="", translation_info="", source="")
+                  for e in ("d1", "d2", "d3")]
+    files = {"d1": "d1 two vectors", "d3": "d3 two vectors"}
+    rule = dispatch_search.RuleSet(dispatch_search.with_configs(base, files, "two-vector-tiles"),
+                                   files, {e: f"{e}_matmul_8x8x8_f32" for e in files})
+    both = dispatch_search.RuleSet(dispatch_search.with_configs(base, files, "a+b"), files, {})
+    built = [(rule.variant, "rule bundle", "note"), (both.variant, "both bundle", "note")]
+    got = dispatch_search.rule_candidates({"two-vector-tiles": rule, "a+b": both}, built,
+                                          dispatches)
+    # one per edited dispatch, all timed in the rule's own build; combined rules add none
+    assert [(c.label, c.files, c.dispatch.executable, b) for c, b in got] == [
+        ("d1:two-vector-tiles", {"d1": "d1 two vectors"}, "d1", "rule bundle"),
+        ("d3:two-vector-tiles", {"d3": "d3 two vectors"}, "d3", "rule bundle")]
+    # a rule that did not build has nothing to screen
+    assert dispatch_search.rule_candidates({"two-vector-tiles": rule}, [], dispatches) == []
+
+
 def test_only_executables_a_bundle_may_carry_are_searched():
     from edgekit.tune.dispatch_search import carriable
     assert carriable("main_dispatch_12")
@@ -295,3 +320,47 @@ def test_wide_accumulators_give_a_matrix_vector_product_eight_vectors():
 ])
 def test_wide_accumulators_leave_what_they_are_not_for(root, levels, shapes, why):
     assert wide_accumulators(root, levels, shapes) is None, why
+
+
+# MobileNetV2-like's 49x160x960 projection as TOSA and pointwise-as-matmul give it: 7 rows by one
+# 16-lane vector of output channels (operands: 1x49x960 activations, 1x960x160 weights, out)
+PROJECT = (("distribution", (0, 49, 40, 0)), ("vector_common_parallel", (1, 7, 16, 0)),
+           ("vector_reduction", (0, 0, 0, 16)))
+PROJECT_SHAPES = ((1, 49, 960), (1, 960, 160), (1, 49, 160))
+# its 7x7x960x160 expansion: a matmul-like generic over (h, w, cout, cin)
+EXPAND = (("distribution", (7, 7, 64, 0)), ("vector_common_parallel", (1, 7, 16, 0)),
+          ("vector_reduction", (0, 0, 0, 16)))
+EXPAND_SHAPES = ((7, 7, 160), (160, 960), (7, 7, 960))
+
+
+def test_two_vector_tiles_double_a_matmuls_register_tile_across_its_channels():
+    new = dict(two_vector_tiles("linalg.batch_matmul", PROJECT, PROJECT_SHAPES))
+    assert new["vector_common_parallel"] == (1, 7, 32, 0)
+    # 40 is no multiple of 32: the next multiple that divides the 160 columns, else 32
+    assert new["distribution"] == (0, 49, 32, 0)
+    assert new["vector_reduction"] == (0, 0, 0, 16)
+    new = dict(two_vector_tiles("linalg.generic", EXPAND, EXPAND_SHAPES))
+    assert new["vector_common_parallel"] == (1, 7, 32, 0) and new["distribution"] == (7, 7, 64, 0)
+    plain = tuple((n, s[1:]) for n, s in PROJECT)
+    assert dict(two_vector_tiles("linalg.matmul", plain, tuple(s[1:] for s in PROJECT_SHAPES)))[
+        "vector_common_parallel"] == (7, 32, 0)
+
+
+@pytest.mark.parametrize("root, levels, shapes, why", [
+    ("linalg.batch_matmul", MATVEC, MATVEC_SHAPES, "a matrix-vector product (one row)"),
+    ("linalg.batch_matmul", PROJECT, ((1, 49, 960), (1, 960, 24), (1, 49, 24)), "24 columns"),
+    ("linalg.batch_matmul", (("distribution", (0, 49, 64, 0)),
+                             ("vector_common_parallel", (1, 7, 32, 0)),
+                             ("vector_reduction", (0, 0, 0, 16))),
+     ((1, 49, 320), (1, 320, 1280), (1, 49, 1280)),
+     "already two vectors: 64 lanes by 7 rows would spill"),
+    ("linalg.generic", CONV, ((1, 30, 30, 8), (3, 3, 8, 28), (1, 28, 28, 28)), "a convolution"),
+    ("linalg.batch_mmt4d", PROJECT, PROJECT_SHAPES, "data-tiled: the layout's tile"),
+    ("linalg.batch_matmul", (("distribution", (0, 64, 64, 0)),
+                             ("vector_common_parallel", (1, 16, 16, 0)),
+                             ("vector_reduction", (0, 0, 0, 16))), PROJECT_SHAPES,
+     "16 rows: 32 accumulators would spill"),
+    ("linalg.batch_matmul", PROJECT, (), "shapes unknown"),
+])
+def test_two_vector_tiles_leave_what_they_are_not_for(root, levels, shapes, why):
+    assert two_vector_tiles(root, levels, shapes) is None, why
