@@ -14,12 +14,27 @@ setsid sh -c "$command" </dev/null &
 pid=$!
 ticks=$(awk -v t="$timeout" 'BEGIN { printf "%d", t * 10 + 0.999 }')
 elapsed=0
+# running PGID: a member of the group is still running. Not a zombie: where PID 1 reaps late (a
+# container's init; this repository's CI machine) the killed group's zombies kept
+# `kill -0 -PGID` succeeding, and every timed-out hook waited out the whole 2 s grace.
+running() {
+  group=$1
+  kill -0 "-$group" 2>/dev/null || return 1
+  [ -r /proc/self/stat ] || return 0
+  for stat in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null < "$stat" || continue
+    # shellcheck disable=SC2086 # the fields after "(comm) ": state, ppid, pgrp, ...
+    set -- ${line##*) }
+    [ "${3:-}" = "$group" ] && [ "$1" != Z ] && return 0
+  done
+  return 1
+}
 # kill -0 succeeds until the leader is reaped (the shell reaps it while waiting for `sleep`)
 while kill -0 "$pid" 2>/dev/null; do
   if [ "$elapsed" -ge "$ticks" ]; then
     kill -TERM "-$pid" 2>/dev/null
     grace=0
-    while kill -0 "-$pid" 2>/dev/null && [ "$grace" -lt 20 ]; do
+    while running "$pid" && [ "$grace" -lt 20 ]; do
       sleep 0.1
       grace=$((grace + 1))
     done

@@ -112,6 +112,9 @@ def _bench_hosts(options: BenchOptions, bundle: Bundle | None,
             configs = run_configs(manifest, options.threads)
             per_round = -(-options.repetitions // options.rounds)
             runs: dict[tuple[int, str], list[RoundRun]] = {c: [] for c in configs}
+            # one round's `after` is the next one's `before`: the rounds run back to back, and
+            # each read samples the CPUs for half a second (two reads a round cost 1 s idle)
+            last: Conditions | None = None
             # rounds interleave the configurations, so drift on the device hits all alike
             for round_index in range(options.rounds):
                 for threads, driver in configs:
@@ -120,8 +123,9 @@ def _bench_hosts(options: BenchOptions, bundle: Bundle | None,
                                     f"{round_index + 1}/{options.rounds}", done, total)
                     config = RoundConfig(repetitions=per_round, threads=threads,
                                          warmup=options.warmup, driver=driver)
-                    runs[(threads, driver)].append(bench_round(conn, info.arch, release,
-                                                               manifest, config))
+                    run = bench_round(conn, info.arch, release, manifest, config, before=last)
+                    runs[(threads, driver)].append(run)
+                    last = run.after
                     done += 1
             for threads, driver in configs:
                 result = summarize(conn, info.arch, app, release, manifest, threads,
@@ -206,12 +210,14 @@ class RoundConfig:
 
 
 def bench_round(conn: Transport, arch: str, release: str, manifest: Manifest,
-                config: RoundConfig) -> RoundRun:
-    """One benchmark process of `release` (of `manifest`'s app) on the device."""
+                config: RoundConfig, before: Conditions | None = None) -> RoundRun:
+    """One benchmark process of `release` (of `manifest`'s app) on the device. `before`: the
+    conditions just read there (the previous round's `after`), not read again."""
     app = safe_name(manifest.app, "app")
     shims = layout.shims_dir(shim_version())
     runtime = layout.runtime_dir(manifest.compiler_version, arch)
-    before = read_conditions(conn) if config.conditions else Conditions()
+    if before is None or not config.conditions:
+        before = read_conditions(conn) if config.conditions else Conditions()
     flags = [f"--benchmark_repetitions={config.repetitions + config.warmup}",
              f"--benchmark_min_time={config.calls_per_sample}x"]
     driver = config.driver or manifest.runtime_driver

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -53,11 +54,20 @@ def scratch_owner_of(pid: int) -> str:
 
 
 def group_alive(pgid: int) -> bool:
+    """A member of the process group still runs. Killed members are zombies until PID 1 reaps
+    them, which this machine's init does late (seconds): they are not alive."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    return True
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
 
 
 # --- hooks ------------------------------------------------------------------------------------
