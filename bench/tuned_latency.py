@@ -83,8 +83,8 @@ pointwise-as-matmul+fold-batchnorm,fold-batchnorm+data-tiling
   Reproduce one: `python bench/dispatch_profile.py --recipe recipes/resnet18.yaml --variant
   tosa/convs-as-matmul+data-tiling+tile-1m --flag=<the flag> --no-onnxruntime`.
 
-  MobileNetV2-like and the text encoder, round 4 (issue 37 and the text encoder; a machine loaded 8-10 on 2 cores, so
-fastest calls, and ratios only within one run). `edgekit tune --dispatches` has a third rule,
+  MobileNetV2-like and the text encoder, round 4 (issue 37; a machine loaded 8-10 on 2 cores,
+so fastest calls, and ratios only within one run). `edgekit tune --dispatches` has a third rule,
 "two-vector tiles" (tune/dispatch_configs.py): IREE's register tile for an f32 matmul without
 data tiling is 7-8 rows by one vector of output channels; two vectors doubles the FMAs per
 broadcast. Its edits are screened per dispatch beside the searched tiles (dispatch_search.py).
