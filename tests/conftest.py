@@ -133,3 +133,20 @@ def write_recipe(tmp_path):
         path.write_text(textwrap.dedent(text).lstrip().replace("@TINY@", str(TINY)))
         return path
     return write
+
+
+@pytest.fixture()
+def int8_recipe(tmp_path, write_recipe):
+    """An int8 recipe for a model defined by Python source: `make(name, source, factory,
+    shape)` writes `<factory>.py` and four random calibration inputs of `shape` beside it."""
+    def make(name: str, source: str, factory: str, shape: tuple[int, ...]) -> Path:
+        import numpy as np
+        (tmp_path / f"{factory}.py").write_text(source)
+        rng = np.random.default_rng(3)
+        np.savez(tmp_path / "calib.npz",
+                 x=rng.standard_normal((4, *shape)).astype(np.float32))
+        return write_recipe(f"name: {name}\n"
+                            f"model: {{python: {factory}.py:{factory}}}\n"
+                            f"inputs: [{{name: x, shape: {list(shape)}}}]\n"
+                            "quantize: {mode: int8, calibration: calib.npz}\n")
+    return make

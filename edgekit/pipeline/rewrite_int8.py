@@ -44,7 +44,6 @@ from dataclasses import dataclass
 import torch
 
 from edgekit.errors import LoweringError
-from edgekit.pipeline.rewrite_int8_depthwise import is_int8_depthwise, rewrite_depthwise
 
 _q = None
 
@@ -94,6 +93,8 @@ def rewrite_int8_convs(program: torch.export.ExportedProgram, unsigned: bool = F
     quantized depthwise convolutions as integer tap sums. `unsigned`: the `u8` form (module
     docstring): uint8 patches, per-tensor matmuls with rows × cout epilogue constants, one-row
     int8 linears on two rows."""
+    # (imported here: the depthwise rewrite uses this module's helpers)
+    from edgekit.pipeline.rewrite_int8_depthwise import is_int8_depthwise, rewrite_depthwise
     gm = program.module()
     convs = [n for n in gm.graph.nodes if n.op == "call_function"
              and n.target is torch.ops.aten.conv2d.default]

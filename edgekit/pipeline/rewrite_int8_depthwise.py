@@ -19,18 +19,7 @@ from __future__ import annotations
 
 import torch
 
-_q = None
-
-
-def _ops():
-    global _q
-    if _q is None:
-        _q = torch.ops.quantized_decomposed
-    return _q
-
-
-def _is(node, op) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is op
+from edgekit.pipeline.rewrite_int8 import _is, _ops
 
 
 def is_int8_depthwise(node) -> bool:

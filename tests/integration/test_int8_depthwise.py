@@ -44,14 +44,8 @@ SHAPE = (1, 8, 16, 16)
 
 
 @pytest.fixture()
-def recipe(tmp_path, write_recipe):
-    (tmp_path / "inverted.py").write_text(MODEL)
-    rng = np.random.default_rng(3)
-    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((4, *SHAPE)).astype(np.float32))
-    return write_recipe("name: inverted\n"
-                        "model: {python: inverted.py:inverted}\n"
-                        f"inputs: [{{name: x, shape: {list(SHAPE)}}}]\n"
-                        "quantize: {mode: int8, calibration: calib.npz}\n")
+def recipe(int8_recipe):
+    return int8_recipe("inverted", MODEL, "inverted", SHAPE)
 
 
 def _quantized(recipe):

@@ -52,14 +52,8 @@ SHAPE = (1, 24, 56, 56)
 
 
 @pytest.fixture()
-def recipe(tmp_path, write_recipe):
-    (tmp_path / "same_residual.py").write_text(MODEL)
-    rng = np.random.default_rng(3)
-    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((4, *SHAPE)).astype(np.float32))
-    return write_recipe("name: same-residual\n"
-                        "model: {python: same_residual.py:same_residual}\n"
-                        f"inputs: [{{name: x, shape: {list(SHAPE)}}}]\n"
-                        "quantize: {mode: int8, calibration: calib.npz}\n")
+def recipe(int8_recipe):
+    return int8_recipe("same-residual", MODEL, "same_residual", SHAPE)
 
 
 def test_same_padded_convolutions_are_quantized_and_the_module_matches(recipe):
