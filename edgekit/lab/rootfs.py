@@ -19,6 +19,8 @@ import os
 import shutil
 from pathlib import Path
 
+from filelock import FileLock
+
 from edgekit.config.paths import cache_root
 from edgekit.errors import LabSetupError
 from edgekit.toolchain.runner import run_tool
@@ -80,15 +82,29 @@ def build_argv(tarball: Path, mirror: str | None) -> list[str]:
             *([mirror] if mirror else [])]
 
 
+def _ready(root: Path) -> bool:
+    return (root / READY_MARK).is_file() and all((root / p).exists() for p in PROGRAMS)
+
+
 def ensure_rootfs(on_progress=None) -> Path:
     """The arm64 rootfs, built on first use (a few minutes), afterwards reused."""
     root = rootfs_path()
     check_qemu_binfmt()
-    if (root / READY_MARK).is_file() and all((root / p).exists() for p in PROGRAMS):
+    if _ready(root):
         return root
     if not shutil.which("mmdebstrap"):
         raise LabSetupError("mmdebstrap is not installed (it builds the arm64 userland)",
                             hint=ROOT_SETUP)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # one builder at a time: two first uses at once (two `lab up`s, two test workers) would
+    # each clear the other's staging directory; the second waits, then finds it ready
+    with FileLock(root.with_name(f".{root.name}.lock"), fallback_to_soft=False):
+        if not _ready(root):
+            _build(root, on_progress)
+    return root
+
+
+def _build(root: Path, on_progress) -> None:
     staging = root.with_name(root.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -109,4 +125,3 @@ def ensure_rootfs(on_progress=None) -> Path:
     (staging / READY_MARK).write_text("ok\n")
     shutil.rmtree(root, ignore_errors=True)
     staging.rename(root)
-    return root
