@@ -21,7 +21,8 @@ PAIRS = [(entry, TARGETS[i % len(TARGETS)]) for i, entry in enumerate(CORPUS)]
 @pytest.mark.parametrize(("entry", "target"), PAIRS,
                          ids=[f"{e.name}-{t}" for e, t in PAIRS])
 def test_each_architecture_builds_and_matches_eager_on_held_out_inputs(entry, target, tmp_path,
-                                                                       arm64_userland):
+                                                                       userland_for):
+    userland_for(target)
     outcome = build_and_compare(entry, target, tmp_path)
     assert outcome.scale > 0, f"{entry.name}: eager outputs are all zero; nothing is compared"
     assert outcome.max_abs_error <= RELATIVE_TOLERANCE * max(1.0, outcome.scale), outcome

@@ -28,7 +28,8 @@ NEW = 6                 # tokens generated per held-out prompt
 
 @pytest.mark.parametrize("target", ["host", "rpi4"])
 def test_a_llama_decoder_builds_without_a_cache_and_matches_eager(target, tmp_path,
-                                                                  arm64_userland):
+                                                                  userland_for):
+    userland_for(target)
     outcome = build_and_compare(LLAMA, target, tmp_path)
     assert outcome.scale > 0
     assert outcome.max_abs_error <= 1e-4 * max(1.0, outcome.scale), outcome
