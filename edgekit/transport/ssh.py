@@ -48,6 +48,9 @@ from edgekit.transport.base import (MIN_TRANSFER_RATE, SPACE_HINT, TAIL_MAX_BYTE
 # [0.25 s, 1, 2, 4, 4 s] so that a fleet turned away together does not come back together.
 CONNECT_ATTEMPTS = 5
 _BACKOFF = tenacity.wait_random_exponential(multiplier=1.0, min=0.25, max=4.0)
+# After the exit status, how long output may stay quiet before the pipe is taken as held
+# open by a process the command left running (OpenSSH then sends no EOF).
+OUTPUT_AFTER_EXIT_GRACE_S = 2.0
 
 # paramiko's transport thread logs each failed handshake with a traceback at ERROR, and with no
 # logging configured Python prints those to stderr (logging.lastResort): three raw tracebacks
@@ -205,13 +208,21 @@ class Connection:
                command: str) -> tuple[BoundedOutput, BoundedOutput]:
         out, err = BoundedOutput(), BoundedOutput()
         deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
         while True:
             while channel.recv_ready():
                 out.write(channel.recv(65536))
+                quiet_since = time.monotonic()
             while channel.recv_stderr_ready():
                 err.write(channel.recv_stderr(65536))
+                quiet_since = time.monotonic()
+            # sshd may send the exit status before the last of the output (it was still in
+            # the pipe): done at EOF, or once quiet for a grace period after the exit (a
+            # background process the command started can hold the pipe open for ever).
             if channel.exit_status_ready() and not channel.recv_ready() \
-                    and not channel.recv_stderr_ready():
+                    and not channel.recv_stderr_ready() and (
+                        channel.eof_received
+                        or time.monotonic() - quiet_since > OUTPUT_AFTER_EXIT_GRACE_S):
                 return out, err
             if not self._alive():
                 raise EOFError("the channel closed")

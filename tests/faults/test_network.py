@@ -277,3 +277,23 @@ def test_a_command_printing_300_mb_over_ssh_keeps_edgekit_small(fault_device):
     kept, cut, rss_mib, tail_kept = proc.stdout.split()
     assert int(kept) < 3 << 20 and int(cut) > 290_000_000 and tail_kept == "True"
     assert int(rss_mib) < 150, f"peak RSS {rss_mib} MiB for 300 MB of output"
+
+
+def test_output_sent_after_the_exit_status_is_kept_whole(fault_device):
+    """sshd sends the exit status when the command exits; output still in the pipe (here a
+    child's, written after) follows it. Stopping at the exit status lost it (CI: a flood's
+    last 17 KB)."""
+    with connect(parse_address(fault_device.address), lab.identity_path()) as conn:
+        result = conn.run(["sh", "-c", "(sleep 0.3; head -c 400000 /dev/zero; echo last line)"
+                                       " & exit 0"])
+    assert len(result.stdout) == 400_010 and result.stdout.endswith(b"last line\n")
+
+
+def test_a_pipe_held_open_by_a_process_left_running_does_not_hang_the_command(fault_device):
+    """No EOF comes while a background process holds stdout: the run ends a grace period
+    after the exit status, with what the command printed."""
+    with connect(parse_address(fault_device.address), lab.identity_path()) as conn:
+        started = time.monotonic()
+        result = conn.run(["sh", "-c", "sleep 5 & echo started"])
+        seconds = time.monotonic() - started
+    assert result.stdout == b"started\n" and seconds < 4, f"{seconds:.1f} s"
