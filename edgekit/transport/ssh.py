@@ -48,9 +48,10 @@ from edgekit.transport.base import (MIN_TRANSFER_RATE, SPACE_HINT, TAIL_MAX_BYTE
 # [0.25 s, 1, 2, 4, 4 s] so that a fleet turned away together does not come back together.
 CONNECT_ATTEMPTS = 5
 _BACKOFF = tenacity.wait_random_exponential(multiplier=1.0, min=0.25, max=4.0)
-# After the exit status, how long output may stay quiet before the pipe is taken as held
-# open by a process the command left running (OpenSSH then sends no EOF).
+# After the exit status, how long output may stay quiet, and go on at most, before the pipe
+# is taken as held open by a process the command left running (OpenSSH then sends no EOF).
 OUTPUT_AFTER_EXIT_GRACE_S = 2.0
+OUTPUT_AFTER_EXIT_LIMIT_S = 10.0
 
 # paramiko's transport thread logs each failed handshake with a traceback at ERROR, and with no
 # logging configured Python prints those to stderr (logging.lastResort): three raw tracebacks
@@ -208,7 +209,7 @@ class Connection:
                command: str) -> tuple[BoundedOutput, BoundedOutput]:
         out, err = BoundedOutput(), BoundedOutput()
         deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
+        quiet_since, exited_at = time.monotonic(), None
         while True:
             while channel.recv_ready():
                 out.write(channel.recv(65536))
@@ -217,13 +218,18 @@ class Connection:
                 err.write(channel.recv_stderr(65536))
                 quiet_since = time.monotonic()
             # sshd may send the exit status before the last of the output (it was still in
-            # the pipe): done at EOF, or once quiet for a grace period after the exit (a
-            # background process the command started can hold the pipe open for ever).
-            if channel.exit_status_ready() and not channel.recv_ready() \
-                    and not channel.recv_stderr_ready() and (
-                        channel.eof_received
-                        or time.monotonic() - quiet_since > OUTPUT_AFTER_EXIT_GRACE_S):
-                return out, err
+            # the pipe): done at EOF, or after the exit once output is quiet for a grace
+            # period or has gone on for a limit (a background process the command started
+            # can hold the pipe open, and write to it, for ever).
+            if channel.exit_status_ready():
+                now = time.monotonic()
+                exited_at = now if exited_at is None else exited_at
+                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+                if drained and (channel.eof_received
+                                or now - quiet_since > OUTPUT_AFTER_EXIT_GRACE_S):
+                    return out, err
+                if now - exited_at > OUTPUT_AFTER_EXIT_LIMIT_S:
+                    return out, err
             if not self._alive():
                 raise EOFError("the channel closed")
             if time.monotonic() > deadline:

@@ -28,6 +28,7 @@ from edgekit.config.address import parse_address
 from edgekit.config.timeouts import Timeouts
 from edgekit.errors import DeviceUnreachable
 from edgekit.lab import devices as lab
+from edgekit.transport import ssh
 from edgekit.transport.ssh import connect, pin_host_key
 from tests.faults.proxy import FaultProxy, blackhole
 
@@ -297,3 +298,17 @@ def test_a_pipe_held_open_by_a_process_left_running_does_not_hang_the_command(fa
         result = conn.run(["sh", "-c", "sleep 5 & echo started"])
         seconds = time.monotonic() - started
     assert result.stdout == b"started\n" and seconds < 4, f"{seconds:.1f} s"
+
+
+def test_a_process_left_writing_to_the_pipe_ends_the_command_at_a_limit(fault_device,
+                                                                        monkeypatch):
+    """Output that never stops after the exit (a chatty daemon the command started, still
+    holding stdout) is read until a limit after the exit status, not until the deadline."""
+    monkeypatch.setattr(ssh, "OUTPUT_AFTER_EXIT_LIMIT_S", 1.0)
+    with connect(parse_address(fault_device.address), lab.identity_path()) as conn:
+        started = time.monotonic()
+        result = conn.run(["sh", "-c", "timeout 6 sh -c 'while :; do echo chat; sleep 0.1;"
+                                       " done' & echo started"], timeout=30)
+        seconds = time.monotonic() - started
+    lines = result.stdout.splitlines()
+    assert b"started" in lines and b"chat" in lines and seconds < 3, f"{seconds:.1f} s"
