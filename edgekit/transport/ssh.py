@@ -225,10 +225,9 @@ class Connection:
                 now = time.monotonic()
                 exited_at = now if exited_at is None else exited_at
                 drained = not channel.recv_ready() and not channel.recv_stderr_ready()
-                if drained and (channel.eof_received
-                                or now - quiet_since > OUTPUT_AFTER_EXIT_GRACE_S):
-                    return out, err
-                if now - exited_at > OUTPUT_AFTER_EXIT_LIMIT_S:
+                if (drained and (channel.eof_received
+                                 or now - quiet_since > OUTPUT_AFTER_EXIT_GRACE_S)) \
+                        or now - exited_at > OUTPUT_AFTER_EXIT_LIMIT_S:
                     return out, err
             if not self._alive():
                 raise EOFError("the channel closed")
